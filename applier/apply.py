@@ -1,0 +1,217 @@
+"""Apply what the gate releases: batched row writes and DDL, with progress in the same transaction.
+
+A release (every held event up to the global resolved ts, in commit order) is cut at each DDL into segments.
+Rows of a segment are planned and written per target table in chunks, all inside one transaction that ends by
+recording the progress (applied resolved ts, per-partition restart offsets and resolved ts, per-table counts),
+so data and progress commit together (invariant 6). A DDL runs between segments:
+
+* PostgreSQL: the DDL, its history row and the progress commit in one transaction.
+* MySQL/MariaDB: DDL commits implicitly, so the history row is written as ``started`` and committed first, the
+  statements run, then the row becomes ``done`` together with the progress. After a crash in between, the replay
+  sees ``started`` and re-runs the statements, treating "already exists / does not exist" errors as done.
+
+Any error stops the pipeline; restart resumes from the progress tables and converges (the gate drops what is
+already applied and the writes are idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from sqlalchemy.engine import Connection, Engine
+
+from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
+from applier.events import DDL, KafkaMessage, RowChange
+from applier.gate import Gate
+from applier.progress import ProgressStore, TableProgress, ddl_key
+from applier.sinks import ApplyError, Sink, plan_batch
+
+log = logging.getLogger("applier.apply")
+
+Route = Callable[[str, str], "tuple[str, str] | None"]
+
+CHUNK_EVENTS = 20_000  # row changes planned and written at a time: bounds memory for huge transactions
+
+
+@dataclass
+class ApplyStats:
+    rows: int = 0
+    ddls: int = 0
+    ddls_skipped: int = 0
+    transactions: int = 0
+    write_seconds: float = 0.0
+    tables: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class Applier:
+    def __init__(self, engine: Engine, sink: Sink, route: Route, store: ProgressStore, *,
+                 on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS) -> None:
+        self.engine = engine
+        self.sink = sink
+        self.route = route
+        self.store = store
+        self.on_unsupported_ddl = on_unsupported_ddl
+        self.chunk_events = chunk_events
+        self.total = ApplyStats()
+
+    # ---- entry point -----------------------------------------------------------------------------------
+    def apply(self, gate: Gate, *, quarantined: Iterable[tuple[KafkaMessage, str]] = (), batches: int = 1) -> ApplyStats:
+        """Apply everything the gate can release now and record progress, even when nothing was released."""
+        stats = ApplyStats()
+        rel = gate.release()
+        with self.engine.connect() as conn:
+            tx = conn.begin()
+            self.sink.begin(conn)
+            try:
+                for msg, reason in quarantined:
+                    self.store.quarantine(conn, msg, reason)
+                progress: dict[tuple[str, str], TableProgress] = {}
+                chunk: list[RowChange] = []
+                for ev in rel:
+                    if isinstance(ev, DDL):
+                        self._write_rows(conn, chunk, progress, stats)
+                        chunk = []
+                        # everything before the DDL is applied: commit it before the (non-transactional) DDL
+                        self.store.save(conn, applied_ts=max(ev.commit_ts - 1, gate.applied_ts),
+                                        checkpoints=gate.checkpoint(), table_progress=progress)
+                        progress = {}
+                        tx.commit()
+                        stats.transactions += 1
+                        self._apply_ddl(conn, ev, gate, stats)
+                        tx = conn.begin()
+                        self.sink.begin(conn)
+                        continue
+                    chunk.append(ev)
+                    if len(chunk) >= self.chunk_events:
+                        self._write_rows(conn, chunk, progress, stats)
+                        chunk = []
+                self._write_rows(conn, chunk, progress, stats)
+                gate.forget(rel)
+                self.store.save(conn, applied_ts=gate.applied_ts, checkpoints=gate.checkpoint(),
+                                table_progress=progress, batches=batches)
+                tx.commit()
+                stats.transactions += 1
+            except BaseException:
+                if tx.is_active:
+                    tx.rollback()
+                raise
+        self._accumulate(stats)
+        return stats
+
+    # ---- rows ------------------------------------------------------------------------------------------
+    def _write_rows(self, conn: Connection, chunk: list[RowChange], progress: dict[tuple[str, str], TableProgress],
+                    stats: ApplyStats) -> None:
+        if not chunk:
+            return
+        by_table: dict[tuple[str, str], list[RowChange]] = {}
+        for ch in chunk:
+            by_table.setdefault((ch.schema, ch.table), []).append(ch)
+        for (schema, table), changes in by_table.items():
+            target = self.route(schema, table)
+            if target is None:
+                continue
+            meta = self.sink.table(conn, *target)
+            plan = plan_batch(meta, changes)
+            try:
+                self.sink.write(conn, plan)
+            except ApplyError:
+                raise
+            except Exception as exc:
+                first, last = changes[0].position, changes[-1].position
+                raise ApplyError(
+                    f"writing {len(changes)} change(s) of upstream table {schema}.{table} into {meta.display} "
+                    f"failed (events from {first} to {last}): {_db_reason(exc)}"
+                ) from exc
+            tp = progress.setdefault((schema, table), TableProgress(*target))
+            tp.rows += len(changes)
+            stats.rows += len(changes)
+            stats.tables[(schema, table)] = stats.tables.get((schema, table), 0) + len(changes)
+
+    # ---- DDL -------------------------------------------------------------------------------------------
+    def _apply_ddl(self, conn: Connection, ev: DDL, gate: Gate, stats: ApplyStats) -> None:
+        key = ddl_key(ev)
+        with conn.begin():
+            state = self.store.ddl_state(conn, key)
+        if state in ("done", "skipped"):
+            return
+        try:
+            tr = translate(self.sink.dialect, ev.query, schema=ev.schema, table=ev.table, route=self.route)
+        except UnsupportedDDL as exc:
+            if self.on_unsupported_ddl != "skip":
+                raise ApplyError(
+                    f"DDL at {ev.position} (commit ts {ev.commit_ts}) cannot be applied to {self.sink.dialect}: {exc}. "
+                    "Apply an equivalent change to the target by hand and set [target] on_unsupported_ddl = \"skip\" "
+                    "to record and skip it, then restart"
+                ) from None
+            with conn.begin():
+                self.store.ddl_record(conn, ev, key, state="skipped", statements=[], detail=str(exc))
+                self._save_after_ddl(conn, ev, gate)
+            stats.ddls_skipped += 1
+            log.warning("skipped DDL at %s: %s", ev.position, exc)
+            return
+        if self.sink.ddl_is_transactional:
+            with conn.begin():
+                self.sink.begin(conn)
+                self._run_statements(conn, ev, tr, replay=False)
+                self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
+                self._save_after_ddl(conn, ev, gate)
+        else:
+            with conn.begin():
+                self.store.ddl_record(conn, ev, key, state="started", statements=tr.statements)
+            self._run_statements(conn, ev, tr, replay=state == "started")
+            if conn.in_transaction():
+                conn.commit()  # the autobegun transaction around the (implicitly committing) DDL
+            with conn.begin():
+                self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
+                self._save_after_ddl(conn, ev, gate)
+        self.sink.forget_tables(tr.targets or None)
+        stats.ddls += 1
+        stats.transactions += 1
+        log.info("applied DDL at %s (commit ts %d): %s", ev.position, ev.commit_ts, "; ".join(tr.statements) or "(nothing to do downstream)")
+
+    def _run_statements(self, conn: Connection, ev: DDL, tr: TranslatedDDL, *, replay: bool) -> None:
+        if tr.kind in ("create_table", "rename_table", "create_view"):
+            for schema in dict.fromkeys(s for s, _ in tr.targets):
+                self._exec(conn, ev, lambda: self.sink.prepare_schema(conn, schema), replay, "create schema")
+        for stmt in tr.statements:
+            self._exec(conn, ev, lambda: conn.exec_driver_sql(stmt), replay, stmt)
+
+    def _exec(self, conn: Connection, ev: DDL, fn: Callable[[], object], replay: bool, what: str) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            if replay and self.sink.is_replay_noop_error(exc):
+                log.info("DDL at %s had already taken effect before a restart (%s)", ev.position, _db_reason(exc))
+                if conn.in_transaction():
+                    conn.rollback()
+                return
+            raise ApplyError(
+                f"DDL at {ev.position} (commit ts {ev.commit_ts}) failed on the target: {_db_reason(exc)}; "
+                f"statement: {what[:500]}. Fix the target so the statement can run (or apply it by hand and set "
+                "[target] on_unsupported_ddl = \"skip\"), then restart"
+            ) from exc
+
+    def _save_after_ddl(self, conn: Connection, ev: DDL, gate: Gate) -> None:
+        # Rows with this commit ts do not exist (a DDL is its own transaction), but other DDLs with the same
+        # commit ts can (a multi-table RENAME): they stay above the applied ts and are told apart by history.
+        self.store.save(conn, applied_ts=max(ev.commit_ts - 1, gate.applied_ts), checkpoints=gate.checkpoint(),
+                        table_progress={})
+
+    def _accumulate(self, s: ApplyStats) -> None:
+        t = self.total
+        t.rows += s.rows
+        t.ddls += s.ddls
+        t.ddls_skipped += s.ddls_skipped
+        t.transactions += s.transactions
+        for k, v in s.tables.items():
+            t.tables[k] = t.tables.get(k, 0) + v
+
+
+def _db_reason(exc: BaseException) -> str:
+    """The database's own message without the SQL text and parameters (which may carry row data)."""
+    orig = getattr(exc, "orig", None)
+    if orig is not None:
+        return f"{type(orig).__name__}: {orig}".splitlines()[0][:500]
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]

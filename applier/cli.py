@@ -1,0 +1,140 @@
+"""``applier``: run / status / migrate / validate / demo.
+
+Exit codes: 0 done; 2 configuration error (the message names the key); 3 undecodable message (names topic,
+partition, offset); 4 a change or DDL the target refused (names the table and position); 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Sequence
+
+from applier.config import ConfigError, Settings, load_config
+
+EXIT_CONFIG = 2
+EXIT_DECODE = 3
+EXIT_APPLY = 4
+
+
+def consistency_of(protocol: str) -> str:
+    from applier.codecs import get_decoder
+    gated = getattr(get_decoder(protocol), "gated", True)
+    return "transactional (resolved-ts gated)" if gated else "per-key order (offset order per partition)"
+
+
+def _load(path: str) -> Settings:
+    return load_config(path)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from applier.pipeline import run
+    settings = _load(args.config)
+    res = run(settings, until_caught_up=args.until_caught_up)
+    t = res.report
+    print(f"pipeline {settings.pipeline.name}: {res.batches} batch(es), {t.messages} messages, {t.applied.rows} row "
+          f"changes, {t.applied.ddls} DDL applied ({t.applied.ddls_skipped} skipped), applied resolved ts "
+          f"{t.applied_ts}, {t.held} event(s) held above it")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from applier.pipeline import make_engine
+    from applier.report import format_status, status
+    settings = _load(args.config)
+    engine = make_engine(settings)
+    try:
+        from applier import migrate
+        if migrate.current(engine) is None:
+            st = {"pipeline": settings.pipeline.name, "exists": False}
+        else:
+            st = status(engine, settings.pipeline.name, consistency=consistency_of(settings.source.protocol))
+    finally:
+        engine.dispose()
+    print(json.dumps(st, indent=2, default=str) if args.json else format_status(st))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from applier import migrate
+    from applier.pipeline import make_engine
+    settings = _load(args.config)
+    engine = make_engine(settings)
+    try:
+        rev = migrate.upgrade(engine)
+    finally:
+        engine.dispose()
+    print(f"applier tables at revision {rev} in {settings.target.url_redacted()}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    settings = _load(args.config)
+    print(json.dumps(settings.redacted(), indent=2, default=str))
+    print(f"{args.config}: OK", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from applier.demo import demo
+    return demo(target=args.target, protocol=args.protocol)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="applier", description="Apply TiCDC change streams from Kafka to MySQL, "
+                                 "MariaDB or PostgreSQL, exactly once.")
+    ap.add_argument("-v", "--verbose", action="store_true", help="log each batch")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run the pipeline")
+    r.add_argument("-c", "--config", required=True)
+    r.add_argument("--until-caught-up", action="store_true",
+                   help="drain what is in Kafka now (Spark trigger availableNow) and exit 0")
+    r.set_defaults(fn=cmd_run)
+    s = sub.add_parser("status", help="applied and global resolved ts, lag, partitions, tables")
+    s.add_argument("-c", "--config", required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_status)
+    m = sub.add_parser("migrate", help="create/upgrade the applier's tables in the target")
+    m.add_argument("-c", "--config", required=True)
+    m.set_defaults(fn=cmd_migrate)
+    v = sub.add_parser("validate", help="check a config file and print it (secrets masked)")
+    v.add_argument("-c", "--config", required=True)
+    v.set_defaults(fn=cmd_validate)
+    d = sub.add_parser("demo", help="start local Kafka and a database, write a sample TiCDC stream, apply it")
+    d.add_argument("--target", choices=["mariadb", "postgres"], default="mariadb")
+    d.add_argument("--protocol", choices=["open", "canal-json"], default="canal-json")
+    d.set_defaults(fn=cmd_demo)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from applier.events import DecodeError
+    from applier.pipeline import PipelineStopped
+    from applier.sinks import ApplyError
+    try:
+        return args.fn(args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DecodeError as exc:
+        print(f"stopped: {exc}. Fix the producer/changefeed settings (source.protocol must match the "
+              "changefeed's protocol), or set pipeline.on_decode_error = \"quarantine\" to keep such messages in "
+              "applier_quarantine and go on.", file=sys.stderr)
+        return EXIT_DECODE
+    except ApplyError as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return EXIT_APPLY
+    except PipelineStopped as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Codecs: Kafka record bytes of one TiCDC protocol -> :mod:`applier.events` objects.
+
+``get_decoder(protocol, **options)`` builds the decoder for a protocol name. Every decoder satisfies the
+:class:`Decoder` protocol: ``decode(msg)`` returns the events of one Kafka record in order and raises
+:class:`applier.events.DecodeError` (never anything else) for input it cannot decode; ``gated`` says whether
+the protocol carries resolved ts / watermarks, i.e. whether the pipeline can hold events until the global
+resolved ts passes them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+from applier.events import Event, KafkaMessage
+
+__all__ = ["Decoder", "get_decoder", "protocols"]
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    name: str
+    gated: bool
+
+    def decode(self, msg: KafkaMessage) -> list[Event]:
+        """All events of one Kafka record, in order; raises DecodeError for malformed input."""
+        ...
+
+
+# protocol name -> (module, class). Imported lazily so one broken codec does not break the others.
+_DECODERS: dict[str, tuple[str, str]] = {
+    "open": ("applier.codecs.open", "OpenDecoder"),
+    "canal-json": ("applier.codecs.canal_json", "CanalJSONDecoder"),
+}
+
+
+def protocols() -> list[str]:
+    """The protocol names get_decoder accepts."""
+    return sorted(_DECODERS)
+
+
+def get_decoder(protocol: str, **options: Any) -> Decoder:
+    """A decoder for ``protocol`` ("open", "canal-json") configured with protocol-specific ``options``.
+
+    open:       strict_values=True, legacy_base64_strings=False
+    canal-json: require_tidb_extension=True
+
+    Raises ValueError naming the valid protocols for an unknown name, or naming the valid options for an
+    unknown option.
+    """
+    entry = _DECODERS.get(protocol)
+    if entry is None:
+        raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(protocols())}")
+    module, cls_name = entry
+    cls = getattr(importlib.import_module(module), cls_name)
+    try:
+        return cls(**options)
+    except TypeError as e:
+        import inspect
+
+        valid = [p for p in inspect.signature(cls).parameters if p != "self"]
+        raise ValueError(
+            f"invalid options for protocol {protocol!r}: {e}; valid options: {', '.join(valid) or 'none'}"
+        ) from None

@@ -1,0 +1,895 @@
+"""TOML configuration -> validated, immutable :class:`Settings`.
+
+Every problem is reported as a :class:`ConfigError` naming the dotted key at fault
+(``source.protocol``, ``route[2].match``; ``route`` indexes count from 0 in file order) and saying what
+to put there. Unknown keys are errors, with the closest valid key suggested, so a typo never passes
+silently.
+
+Secrets: the target password comes from ``target.password_env`` or from ``${VAR}`` references in
+``target.url`` (``${VAR}`` also works in ``[source.kafka]`` and ``[spark.conf]`` values, for SASL or SSL
+secrets; ``$${`` writes a literal ``${``). The resolved password is only returned by
+:meth:`Settings.target_url`; ``repr``/``str`` of every settings object, :meth:`Settings.redacted` and
+every ``ConfigError`` message mask it, as well as ``[source.kafka]``/``[spark.conf]`` values whose key
+looks secret (password, secret, jaas, token, credential, key) or that came from ``${VAR}``.
+
+Relative paths (``pipeline.checkpoint_dir``, ``pipeline.spill_dir``) resolve against the folder of the
+configuration file (for :func:`parse_config`, against ``base_dir`` or the working directory).
+``checkpoint_dir`` may also be a URI (``hdfs://``, ``s3a://``, ``file://``) that Spark understands; then
+``spill_dir`` must be given, because spilling needs a local directory.
+
+Example (every key; see ``conf/*.toml``)::
+
+    [pipeline]
+    name = "shop-replica"                 # required; [A-Za-z0-9_.-]{1,64}; keys the progress rows
+    checkpoint_dir = "/var/lib/applier/shop-replica"   # required; Spark working state
+    buffer_memory_mb = 512                # held-event budget before spilling to disk; >= 1
+    spill_dir = ""                        # default: <checkpoint_dir>/spill
+    on_decode_error = "stop"              # stop | quarantine
+    trigger_interval = "1 second"         # "<n> ms|millisecond(s)|second(s)|minute(s)"
+    max_offsets_per_trigger = 100000      # optional int >= 1
+
+    [source]
+    bootstrap_servers = "127.0.0.1:9092"  # required, "host:port[,host:port]"
+    topics = ["tidb-shop"]                # exactly one of topics / topic_pattern
+    protocol = "canal-json"               # required: open | canal-json
+    starting_offsets = "earliest"         # earliest | latest, for a pipeline with no progress yet
+    [source.kafka]                        # passed to the consumer as kafka.<key>
+
+    [target]
+    url = "postgresql+psycopg://replica@127.0.0.1:5432/replica"   # required
+    password_env = "REPLICA_PASSWORD"     # optional
+    batch_rows = 5000
+    on_unsupported_ddl = "stop"           # stop | skip
+    schema = ""                           # default target schema for unrouted tables
+
+    [spark]
+    master = "local[2]"
+    [spark.conf]
+
+    [[route]]
+    match = "shop.*"
+    schema = "shop_copy"
+    table = "{table}"
+    ignore = false
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import tomllib
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from applier.routing import MAX_NAME_LENGTH, Router, Rule, RuleError
+
+__all__ = [
+    "ConfigError",
+    "FrozenMap",
+    "PipelineSettings",
+    "RouteSettings",
+    "Settings",
+    "SourceSettings",
+    "SparkSettings",
+    "SUPPORTED_DRIVERS",
+    "SUPPORTED_PROTOCOLS",
+    "TargetSettings",
+    "load_config",
+    "parse_config",
+]
+
+MASK = "***"
+
+
+class FrozenMap(Mapping[str, str]):
+    """A read-only, hashable, picklable str -> str mapping (``MappingProxyType`` does not pickle, and
+    settings may travel to Spark workers inside closures)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, str] | None = None) -> None:
+        object.__setattr__(self, "_data", dict(data or {}))
+
+    def __getitem__(self, key: str) -> str:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._data.items()))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("FrozenMap is read-only")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (self._data,))
+
+    def __repr__(self) -> str:
+        # values under secret-looking keys (password, jaas, token...) are masked here too
+        shown = {k: (MASK if _is_secret_key(k) else v) for k, v in self._data.items()}
+        return f"FrozenMap({shown!r})"
+
+
+SUPPORTED_PROTOCOLS: tuple[str, ...] = ("open", "canal-json")
+PLANNED_PROTOCOLS: tuple[str, ...] = ("simple", "debezium", "avro")
+SUPPORTED_DRIVERS: tuple[str, ...] = ("mysql+pymysql", "mariadb+pymysql", "postgresql+psycopg")
+
+#: Kafka consumer settings the applier (or Spark's Kafka source) owns; ``[source.kafka]`` may not set them.
+OWNED_KAFKA_KEYS: Mapping[str, str] = FrozenMap(
+    {
+        "bootstrap.servers": "set source.bootstrap_servers instead",
+        "group.id": "the applier tracks its own progress in the target and needs no consumer group",
+        "auto.offset.reset": "set source.starting_offsets instead (earliest | latest)",
+        "enable.auto.commit": "the applier never commits consumer offsets; progress lives in the target",
+        "key.deserializer": "the applier reads raw bytes and decodes them itself",
+        "value.deserializer": "the applier reads raw bytes and decodes them itself",
+        "interceptor.classes": "Spark's Kafka source does not support consumer interceptors",
+    }
+)
+
+#: ``[spark.conf]`` keys that other settings own.
+OWNED_SPARK_KEYS: Mapping[str, str] = FrozenMap(
+    {
+        "spark.master": "set spark.master instead",
+        "spark.sql.streaming.checkpointLocation": "set pipeline.checkpoint_dir instead",
+    }
+)
+
+_SECRET_KEY_RE = re.compile(r"pass|secret|jaas|token|credential|(^|[._])key($|[._])|apikey|private", re.I)
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_ENV_REF_RE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+_DURATION_RE = re.compile(r"\s*(\d+)\s*([A-Za-z]+)\s*")
+_DURATION_UNITS = {
+    "ms": 1,
+    "msec": 1,
+    "msecs": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "sec": 1000,
+    "secs": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "min": 60_000,
+    "mins": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+}
+
+_SECTIONS = ("pipeline", "source", "target", "spark", "route")
+_PIPELINE_KEYS = (
+    "name",
+    "checkpoint_dir",
+    "buffer_memory_mb",
+    "spill_dir",
+    "on_decode_error",
+    "trigger_interval",
+    "max_offsets_per_trigger",
+)
+_SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka")
+_TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "schema")
+_SPARK_KEYS = ("master", "conf")
+_ROUTE_KEYS = ("match", "schema", "table", "ignore")
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """A configuration problem: ``key`` is the dotted key at fault, ``message`` what is wrong and what
+    to write instead. ``str()`` is ``"<source>: <key>: <message>"``. Messages never contain secrets."""
+
+    def __init__(self, key: str, message: str, *, source: str = "<config>") -> None:
+        self.key = key
+        self.message = message
+        self.source = source
+        super().__init__(key, message)
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.key}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"ConfigError({self.key!r}, {self.message!r}, source={self.source!r})"
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close:
+        close = [c for c in choices if c.lower() == word.lower().replace("-", "_")]
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+_KIND_NAMES = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    str: "a string",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def _kind_name(kind: type) -> str:
+    return _KIND_NAMES.get(kind, kind.__name__)
+
+
+def _type_name(value: Any) -> str:
+    return _kind_name(type(value))
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------------
+
+
+def _is_secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY_RE.search(key))
+
+
+def _redact_options(values: Mapping[str, str], templates: Mapping[str, str]) -> dict[str, str]:
+    """Show option values except secrets: secret-looking keys are masked, ``${VAR}`` values show the
+    reference, not what it resolved to."""
+    out = {}
+    for key, value in values.items():
+        if _is_secret_key(key):
+            out[key] = MASK
+        elif key in templates:
+            out[key] = templates[key]
+        else:
+            out[key] = value
+    return out
+
+
+class _RedactedRepr:
+    """repr/str built from ``redacted()``, so secrets never reach a log line or traceback."""
+
+    def redacted(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.redacted().items())
+        return f"{type(self).__name__}({fields})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, repr=False)
+class PipelineSettings(_RedactedRepr):
+    name: str
+    checkpoint_dir: str  # absolute local path, or a URI Spark understands
+    buffer_memory_mb: int = 512
+    spill_dir: Path = Path()
+    on_decode_error: str = "stop"  # stop | quarantine
+    trigger_interval: str = "1 second"  # canonical Spark form: "<n> milliseconds|seconds|minutes"
+    trigger_interval_ms: int = 1000
+    max_offsets_per_trigger: int | None = None
+
+    @property
+    def buffer_memory_bytes(self) -> int:
+        return self.buffer_memory_mb * 1024 * 1024
+
+    def redacted(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "checkpoint_dir": self.checkpoint_dir,
+            "buffer_memory_mb": self.buffer_memory_mb,
+            "spill_dir": str(self.spill_dir),
+            "on_decode_error": self.on_decode_error,
+            "trigger_interval": self.trigger_interval,
+            "max_offsets_per_trigger": self.max_offsets_per_trigger,
+        }
+
+
+@dataclass(frozen=True, repr=False)
+class SourceSettings(_RedactedRepr):
+    bootstrap_servers: str
+    protocol: str  # one of SUPPORTED_PROTOCOLS
+    topics: tuple[str, ...] | None = None
+    topic_pattern: str | None = None
+    starting_offsets: str = "earliest"  # earliest | latest
+    kafka: Mapping[str, str] = field(default_factory=FrozenMap)
+    _kafka_templates: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
+
+    def subscription(self) -> tuple[str, str]:
+        """The Spark Kafka source option naming what to read: ``("subscribe", "a,b")`` or
+        ``("subscribePattern", regex)``."""
+        if self.topics is not None:
+            return "subscribe", ",".join(self.topics)
+        assert self.topic_pattern is not None
+        return "subscribePattern", self.topic_pattern
+
+    def spark_options(self) -> dict[str, str]:
+        """Options for ``spark.readStream.format("kafka")``: bootstrap servers, the subscription and
+        every ``[source.kafka]`` entry as ``kafka.<key>`` (secrets included: do not log this).
+        ``startingOffsets``/``maxOffsetsPerTrigger`` are the pipeline's business (they depend on the
+        progress tables)."""
+        sub_key, sub_value = self.subscription()
+        opts = {"kafka.bootstrap.servers": self.bootstrap_servers, sub_key: sub_value}
+        opts.update({f"kafka.{k}": v for k, v in self.kafka.items()})
+        return opts
+
+    def redacted(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "topics": list(self.topics) if self.topics is not None else None,
+            "topic_pattern": self.topic_pattern,
+            "protocol": self.protocol,
+            "starting_offsets": self.starting_offsets,
+            "kafka": _redact_options(self.kafka, self._kafka_templates),
+        }
+
+
+@dataclass(frozen=True, repr=False)
+class TargetSettings(_RedactedRepr):
+    _url: URL = field(compare=False)  # password resolved; only sqlalchemy_url() hands it out
+    password_env: str | None = None
+    batch_rows: int = 5000
+    on_unsupported_ddl: str = "stop"  # stop | skip
+    schema: str = ""
+
+    def sqlalchemy_url(self) -> URL:
+        """The effective URL, password resolved (``str()`` of a SQLAlchemy URL masks it; use
+        ``url.render_as_string(hide_password=False)`` only to hand it to a driver)."""
+        return self._url
+
+    @property
+    def url_redacted(self) -> str:
+        return self._url.render_as_string(hide_password=True)
+
+    @property
+    def drivername(self) -> str:
+        return self._url.drivername
+
+    @property
+    def dialect(self) -> str:
+        """``mysql``, ``mariadb`` or ``postgresql``."""
+        return self._url.get_backend_name()
+
+    def redacted(self) -> dict[str, Any]:
+        return {
+            "url": self.url_redacted,
+            "password_env": self.password_env,
+            "batch_rows": self.batch_rows,
+            "on_unsupported_ddl": self.on_unsupported_ddl,
+            "schema": self.schema,
+        }
+
+
+@dataclass(frozen=True, repr=False)
+class SparkSettings(_RedactedRepr):
+    master: str = "local[2]"
+    conf: Mapping[str, str] = field(default_factory=FrozenMap)
+    _conf_templates: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
+
+    def redacted(self) -> dict[str, Any]:
+        return {"master": self.master, "conf": _redact_options(self.conf, self._conf_templates)}
+
+
+@dataclass(frozen=True, repr=False)
+class RouteSettings(_RedactedRepr):
+    """A ``[[route]]`` entry as written (``rule`` is its compiled form)."""
+
+    match: str
+    schema: str | None = None
+    table: str | None = None
+    ignore: bool = False
+
+    def redacted(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"match": self.match}
+        if self.schema is not None:
+            out["schema"] = self.schema
+        if self.table is not None:
+            out["table"] = self.table
+        if self.ignore:
+            out["ignore"] = True
+        return out
+
+
+@dataclass(frozen=True, repr=False)
+class Settings(_RedactedRepr):
+    pipeline: PipelineSettings
+    source: SourceSettings
+    target: TargetSettings
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    routes: tuple[Rule, ...] = ()
+    source_path: Path | None = None  # the configuration file, when loaded from one
+
+    def target_url(self) -> URL:
+        """The effective target URL with the password resolved (never log it; ``str()`` masks it)."""
+        return self.target.sqlalchemy_url()
+
+    def router(self) -> Router:
+        """A new :class:`~applier.routing.Router` for the rules (build it once: it caches per table)."""
+        return Router(self.routes, default_schema=self.target.schema)
+
+    def redacted(self) -> dict[str, Any]:
+        """Everything, secrets masked: for ``applier status`` and logs."""
+        return {
+            "source_path": str(self.source_path) if self.source_path else None,
+            "pipeline": self.pipeline.redacted(),
+            "source": self.source.redacted(),
+            "target": self.target.redacted(),
+            "spark": self.spark.redacted(),
+            "route": [
+                RouteSettings(r.match, r.schema, r.table, r.ignore).redacted() for r in self.routes
+            ],
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------------
+
+
+class _Parser:
+    def __init__(self, source: str, env: Mapping[str, str], base_dir: Path) -> None:
+        self.source = source
+        self.env = env
+        self.base_dir = base_dir
+        self.secrets: list[str] = []
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(key, message, source=self.source)
+
+    def scrub(self, err: ConfigError) -> ConfigError:
+        message = err.message
+        forms = set()
+        for secret in self.secrets:
+            if secret:
+                # as written, as repr() shows it inside quotes, and URL-quoted
+                forms.update({secret, repr(secret)[1:-1], urllib.parse.quote(secret, safe="")})
+        for form in sorted(forms, key=len, reverse=True):
+            message = message.replace(form, MASK)
+        if message == err.message:
+            return err
+        return ConfigError(err.key, message, source=err.source)
+
+    # -- generic readers -----------------------------------------------------------------------
+
+    def table(self, data: Any, key: str, allowed: Sequence[str]) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise self.error(key, f"expected a table ([{key}]), got {_type_name(data)}")
+        for k in data:
+            if k not in allowed:
+                raise self.error(
+                    _join(key, k),
+                    f"unknown key{_suggest(k, allowed)} (valid keys in [{key}]: {', '.join(allowed)})",
+                )
+        return data
+
+    def get(
+        self,
+        data: Mapping[str, Any],
+        prefix: str,
+        key: str,
+        kind: type | tuple[type, ...],
+        *,
+        hint: str,
+        default: Any = ...,
+    ) -> Any:
+        dotted = _join(prefix, key)
+        if key not in data:
+            if default is ...:
+                raise self.error(dotted, f"missing required key; add {hint}")
+            return default
+        value = data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok:
+            raise self.error(dotted, f"expected {_kind_name(kinds[0])}, got {_type_name(value)}; write {hint}")
+        return value
+
+    def choice(
+        self, data: Mapping[str, Any], prefix: str, key: str, choices: Sequence[str], default: str
+    ) -> str:
+        hint = f'{key} = "{choices[0]}"'
+        value = self.get(data, prefix, key, str, hint=hint, default=default)
+        if value not in choices:
+            raise self.error(
+                _join(prefix, key),
+                f"invalid value {value!r}{_suggest(value, choices)} (expected one of: {', '.join(choices)})",
+            )
+        return value
+
+    def positive_int(self, data: Mapping[str, Any], prefix: str, key: str, default: Any, example: int) -> Any:
+        value = self.get(data, prefix, key, int, hint=f"{key} = {example}", default=default)
+        if value is not None and value < 1:
+            raise self.error(_join(prefix, key), f"must be >= 1, got {value}; e.g. {key} = {example}")
+        return value
+
+    def expand(self, key: str, value: str, *, secret: bool, quote: bool = False) -> str:
+        """Replace ``${VAR}`` with the environment's value (``$${`` -> literal ``${``)."""
+
+        def sub(m: re.Match[str]) -> str:
+            if m.group(0) == "$${":
+                return "${"
+            name = m.group(1)
+            if not _ENV_NAME_RE.fullmatch(name):
+                raise self.error(key, f"invalid environment reference ${{{name}}}; write ${{NAME}} (letters, digits, _)")
+            if name not in self.env:
+                raise self.error(key, f"environment variable {name} is not set (referenced as ${{{name}}})")
+            resolved = self.env[name]
+            if secret:
+                self.secrets.append(resolved)
+                if quote:
+                    self.secrets.append(urllib.parse.quote(resolved, safe=""))
+            return urllib.parse.quote(resolved, safe="") if quote else resolved
+
+        return _ENV_REF_RE.sub(sub, value)
+
+    def local_path(self, value: str) -> Path:
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = self.base_dir / path
+        return Path(os.path.normpath(path))
+
+    def options(
+        self, data: Any, key: str, owned: Mapping[str, str], *, allow_float: bool, prefix_hint: str | None
+    ) -> tuple[Mapping[str, str], Mapping[str, str]]:
+        """A str -> str table (ints/bools, and floats when allowed, become strings)."""
+        if not isinstance(data, dict):
+            raise self.error(key, f"expected a table ([{key}]) of string values, got {_type_name(data)}")
+        values: dict[str, str] = {}
+        templates: dict[str, str] = {}
+        for k, v in data.items():
+            dotted = f"{key}.{k}" if re.fullmatch(r"[A-Za-z0-9_-]+", k) else f'{key}."{k}"'
+            if not k.strip():
+                raise self.error(dotted, "empty option name")
+            if prefix_hint and k.startswith(prefix_hint):
+                raise self.error(
+                    dotted,
+                    f"write the option without the {prefix_hint!r} prefix (the applier adds it): "
+                    f'"{k[len(prefix_hint):]}" = ...',
+                )
+            if k in owned:
+                raise self.error(dotted, f"this option is owned by the applier: {owned[k]}")
+            secret = _is_secret_key(k)
+            if isinstance(v, bool):
+                text = "true" if v else "false"
+            elif isinstance(v, int) or (allow_float and isinstance(v, float)):
+                text = str(v)
+            elif isinstance(v, str):
+                text = self.expand(dotted, v, secret=secret)
+                if text != v:
+                    templates[k] = v
+                elif secret:
+                    self.secrets.append(v)
+            else:
+                allowed = "a string, integer or boolean" + (" or float" if allow_float else "")
+                raise self.error(dotted, f"expected {allowed}, got {_type_name(v)}; quote the value")
+            values[k] = text
+        return FrozenMap(values), FrozenMap(templates)
+
+    # -- sections ------------------------------------------------------------------------------
+
+    def parse(self, data: Mapping[str, Any]) -> Settings:
+        if not isinstance(data, Mapping):
+            raise self.error("<root>", f"expected a TOML document (a table), got {_type_name(data)}")
+        data = dict(data)
+        for k in data:
+            if k not in _SECTIONS:
+                raise self.error(
+                    k, f"unknown section{_suggest(k, _SECTIONS)} (valid sections: {', '.join(_SECTIONS)})"
+                )
+        for required in ("pipeline", "source", "target"):
+            if required not in data:
+                raise self.error(required, f"missing required section; add a [{required}] table")
+        # target first: it collects the password, so later messages can be scrubbed of it.
+        target = self.parse_target(data["target"])
+        pipeline = self.parse_pipeline(data["pipeline"])
+        source = self.parse_source(data["source"])
+        spark = self.parse_spark(data.get("spark", {}))
+        routes = self.parse_routes(data.get("route", []))
+        return Settings(pipeline=pipeline, source=source, target=target, spark=spark, routes=routes)
+
+    def parse_pipeline(self, raw: Any) -> PipelineSettings:
+        p = "pipeline"
+        d = self.table(raw, p, _PIPELINE_KEYS)
+        name = self.get(d, p, "name", str, hint='name = "shop-replica"')
+        if not _NAME_RE.fullmatch(name):
+            raise self.error(
+                "pipeline.name",
+                f"invalid name {name!r}: use 1 to 64 characters from A-Z a-z 0-9 _ . - (e.g. \"shop-replica\")",
+            )
+        ckpt = self.get(d, p, "checkpoint_dir", str, hint='checkpoint_dir = "/var/lib/applier/<name>"')
+        if not ckpt.strip():
+            raise self.error("pipeline.checkpoint_dir", 'must not be empty; e.g. checkpoint_dir = "/var/lib/applier/<name>"')
+        is_uri = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", ckpt) is not None
+        checkpoint_dir = ckpt if is_uri else str(self.local_path(ckpt))
+        buffer_mb = self.positive_int(d, p, "buffer_memory_mb", 512, 512)
+        spill = self.get(d, p, "spill_dir", str, hint='spill_dir = "/var/lib/applier/<name>/spill"', default="")
+        if spill.strip():
+            if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", spill):
+                raise self.error("pipeline.spill_dir", "must be a local directory, not a URI")
+            spill_dir = self.local_path(spill)
+        elif is_uri:
+            raise self.error(
+                "pipeline.spill_dir",
+                "required when checkpoint_dir is a URI: spilling needs a local directory "
+                '(e.g. spill_dir = "/var/lib/applier/<name>/spill")',
+            )
+        else:
+            spill_dir = Path(checkpoint_dir) / "spill"
+        on_decode_error = self.choice(d, p, "on_decode_error", ("stop", "quarantine"), "stop")
+        interval_text = self.get(d, p, "trigger_interval", str, hint='trigger_interval = "1 second"', default="1 second")
+        interval, interval_ms = self.duration("pipeline.trigger_interval", interval_text)
+        max_offsets = self.positive_int(d, p, "max_offsets_per_trigger", None, 100000)
+        return PipelineSettings(
+            name=name,
+            checkpoint_dir=checkpoint_dir,
+            buffer_memory_mb=buffer_mb,
+            spill_dir=spill_dir,
+            on_decode_error=on_decode_error,
+            trigger_interval=interval,
+            trigger_interval_ms=interval_ms,
+            max_offsets_per_trigger=max_offsets,
+        )
+
+    def duration(self, key: str, text: str) -> tuple[str, int]:
+        m = _DURATION_RE.fullmatch(text)
+        unit = m.group(2).lower() if m else ""
+        if m is None or unit not in _DURATION_UNITS:
+            raise self.error(
+                key,
+                f"invalid duration {text!r}; write a whole number and a unit: "
+                '"500 ms", "1 second", "10 seconds", "2 minutes"',
+            )
+        n = int(m.group(1))
+        if n < 1:
+            raise self.error(key, f"must be positive, got {text!r}; e.g. \"1 second\"")
+        factor = _DURATION_UNITS[unit]
+        canonical_unit = {1: "millisecond", 1000: "second", 60_000: "minute"}[factor]
+        canonical = f"{n} {canonical_unit}" + ("" if n == 1 else "s")
+        return canonical, n * factor
+
+    def parse_source(self, raw: Any) -> SourceSettings:
+        p = "source"
+        d = self.table(raw, p, _SOURCE_KEYS)
+        servers = self.get(d, p, "bootstrap_servers", str, hint='bootstrap_servers = "127.0.0.1:9092"')
+        self.check_servers(servers)
+        has_topics, has_pattern = "topics" in d, "topic_pattern" in d
+        if has_topics == has_pattern:
+            raise self.error(
+                "source.topics",
+                ("set only one of topics and topic_pattern" if has_topics else "missing: set topics")
+                + ' (topics = ["tidb-shop"] or topic_pattern = "tidb-.*")',
+            )
+        topics: tuple[str, ...] | None = None
+        pattern: str | None = None
+        if has_topics:
+            value = self.get(d, p, "topics", list, hint='topics = ["tidb-shop"]')
+            if not value:
+                raise self.error("source.topics", 'must not be empty; e.g. topics = ["tidb-shop"]')
+            for i, t in enumerate(value):
+                if not isinstance(t, str):
+                    raise self.error(f"source.topics[{i}]", f"expected a string, got {_type_name(t)}")
+                if not _TOPIC_RE.fullmatch(t) or t in (".", ".."):
+                    raise self.error(
+                        f"source.topics[{i}]",
+                        f"invalid Kafka topic name {t!r}: use 1 to 249 characters from A-Z a-z 0-9 . _ -",
+                    )
+            if len(set(value)) != len(value):
+                raise self.error("source.topics", "lists a topic twice")
+            topics = tuple(value)
+        else:
+            pattern = self.get(d, p, "topic_pattern", str, hint='topic_pattern = "tidb-.*"')
+            if not pattern:
+                raise self.error("source.topic_pattern", 'must not be empty; e.g. topic_pattern = "tidb-.*"')
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise self.error("source.topic_pattern", f"invalid regular expression: {exc}") from None
+        protocol = self.get(d, p, "protocol", str, hint='protocol = "canal-json" (or "open")')
+        if protocol in PLANNED_PROTOCOLS:
+            raise self.error(
+                "source.protocol",
+                f"{protocol!r} is not supported yet in this version; supported: {', '.join(SUPPORTED_PROTOCOLS)}",
+            )
+        if protocol not in SUPPORTED_PROTOCOLS:
+            raise self.error(
+                "source.protocol",
+                f"unknown protocol {protocol!r}{_suggest(protocol, SUPPORTED_PROTOCOLS)} "
+                f"(supported: {', '.join(SUPPORTED_PROTOCOLS)})",
+            )
+        starting = self.choice(d, p, "starting_offsets", ("earliest", "latest"), "earliest")
+        kafka, kafka_templates = self.options(
+            d.get("kafka", {}), "source.kafka", OWNED_KAFKA_KEYS, allow_float=False, prefix_hint="kafka."
+        )
+        return SourceSettings(
+            bootstrap_servers=servers,
+            protocol=protocol,
+            topics=topics,
+            topic_pattern=pattern,
+            starting_offsets=starting,
+            kafka=kafka,
+            _kafka_templates=kafka_templates,
+        )
+
+    def check_servers(self, servers: str) -> None:
+        key = "source.bootstrap_servers"
+        hint = 'write "host:port" or "host1:port1,host2:port2"'
+        if not servers.strip():
+            raise self.error(key, f"must not be empty; {hint}")
+        for entry in servers.split(","):
+            entry = entry.strip()
+            host, sep, port = entry.rpartition(":")
+            if host.startswith("[") and host.endswith("]"):
+                host_ok = len(host) > 2
+            else:
+                host_ok = bool(_HOSTNAME_RE.fullmatch(host))
+            if not sep or not host_ok:
+                raise self.error(key, f"invalid server {entry!r}; {hint}")
+            if not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise self.error(key, f"invalid port in {entry!r} (1-65535); {hint}")
+
+    def parse_target(self, raw: Any) -> TargetSettings:
+        p = "target"
+        d = self.table(raw, p, _TARGET_KEYS)
+        example = f'url = "postgresql+psycopg://replica@127.0.0.1:5432/replica" (drivers: {", ".join(SUPPORTED_DRIVERS)})'
+        raw_url = self.get(d, p, "url", str, hint=example)
+        password_env = self.get(d, p, "password_env", str, hint='password_env = "REPLICA_PASSWORD"', default=None)
+        # Remember the password part (literal or from ${VAR}) before parsing, so no message can echo it.
+        expanded = self.expand("target.url", raw_url, secret=False, quote=True)
+        self.note_literal_password(expanded)
+        try:
+            url = make_url(expanded)
+        except (ArgumentError, ValueError):
+            raise self.error(
+                "target.url", f"not a valid SQLAlchemy URL; write e.g. {example}"
+            ) from None
+        if url.drivername not in SUPPORTED_DRIVERS:
+            backend = url.drivername.split("+", 1)[0]
+            near = [d_ for d_ in SUPPORTED_DRIVERS if d_.startswith(backend + "+")]
+            if backend in ("postgres", "pg"):
+                near = ["postgresql+psycopg"]
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise self.error(
+                "target.url",
+                f"unsupported driver {url.drivername!r}{hint} (accepted: {', '.join(SUPPORTED_DRIVERS)})",
+            )
+        if not url.host:
+            raise self.error("target.url", f"missing host; write e.g. {example}")
+        if not url.database:
+            raise self.error("target.url", f"missing database name after the host; write e.g. {example}")
+        if url.password is not None:
+            self.secrets.append(str(url.password))
+        if password_env is not None:
+            if not _ENV_NAME_RE.fullmatch(password_env):
+                raise self.error(
+                    "target.password_env",
+                    f"invalid environment variable name {password_env!r}; e.g. password_env = \"REPLICA_PASSWORD\"",
+                )
+            if url.password is not None:
+                raise self.error(
+                    "target.password_env",
+                    "the url already carries a password; set it in one place (drop it from the url or drop password_env)",
+                )
+            if password_env not in self.env:
+                raise self.error("target.password_env", f"environment variable {password_env} is not set")
+            password = self.env[password_env]
+            if password == "":
+                raise self.error(
+                    "target.password_env",
+                    f"environment variable {password_env} is empty; set it, or drop password_env for a passwordless login",
+                )
+            self.secrets.append(password)
+            url = url.set(password=password)
+        batch_rows = self.positive_int(d, p, "batch_rows", 5000, 5000)
+        on_ddl = self.choice(d, p, "on_unsupported_ddl", ("stop", "skip"), "stop")
+        schema = self.get(d, p, "schema", str, hint='schema = "replica" (or leave it out)', default="")
+        if len(schema) > MAX_NAME_LENGTH:
+            raise self.error("target.schema", f"longer than {MAX_NAME_LENGTH} characters")
+        if schema and schema != schema.strip():
+            raise self.error("target.schema", "must not start or end with spaces")
+        return TargetSettings(
+            _url=url,
+            password_env=password_env,
+            batch_rows=batch_rows,
+            on_unsupported_ddl=on_ddl,
+            schema=schema,
+        )
+
+    def note_literal_password(self, text: str) -> None:
+        """Record the password part of a URL-like string (before parsing, so parse errors can't leak it)."""
+        for pattern in (r"[^:/]*://[^:@/]*:([^@]*)@", r"[^:/]*://[^:@/]*:(.*)@"):
+            m = re.match(pattern, text, re.S)
+            if m and m.group(1):
+                self.secrets.append(m.group(1))
+                self.secrets.append(urllib.parse.unquote(m.group(1)))
+
+    def parse_spark(self, raw: Any) -> SparkSettings:
+        p = "spark"
+        d = self.table(raw, p, _SPARK_KEYS)
+        master = self.get(d, p, "master", str, hint='master = "local[2]"', default="local[2]")
+        if not master.strip():
+            raise self.error("spark.master", 'must not be empty; e.g. master = "local[2]"')
+        conf, templates = self.options(
+            d.get("conf", {}), "spark.conf", OWNED_SPARK_KEYS, allow_float=True, prefix_hint=None
+        )
+        return SparkSettings(master=master, conf=conf, _conf_templates=templates)
+
+    def parse_routes(self, raw: Any) -> tuple[Rule, ...]:
+        if isinstance(raw, dict):
+            raise self.error("route", "must be an array of tables: write [[route]] (double brackets), one per rule")
+        if not isinstance(raw, list):
+            raise self.error("route", f"expected [[route]] tables, got {_type_name(raw)}")
+        rules = []
+        for i, entry in enumerate(raw):
+            key = f"route[{i}]"
+            if not isinstance(entry, dict):
+                raise self.error(key, f"expected a table ([[route]]), got {_type_name(entry)}")
+            self.table(entry, key, _ROUTE_KEYS)
+            match = self.get(entry, key, "match", str, hint='match = "shop.*"')
+            schema = self.get(entry, key, "schema", str, hint='schema = "{schema}_copy"', default=None)
+            table = self.get(entry, key, "table", str, hint='table = "{table}"', default=None)
+            ignore = self.get(entry, key, "ignore", bool, hint="ignore = true", default=None)
+            if ignore is False and match.strip(" \t").startswith("!"):
+                raise self.error(
+                    f"{key}.ignore",
+                    "contradicts the leading '!' in match (which means ignore); drop one of them",
+                )
+            try:
+                rules.append(Rule(match, schema=schema, table=table, ignore=bool(ignore), name=key))
+            except RuleError as exc:
+                raise self.error(f"{key}.{exc.field}", f"{exc.message} (in match = {match!r})") from None
+        return tuple(rules)
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    source: str = "<config>",
+    env: Mapping[str, str] | None = None,
+    base_dir: str | Path | None = None,
+) -> Settings:
+    """Validate an already-parsed TOML document. ``env`` defaults to ``os.environ``; relative paths
+    resolve against ``base_dir`` (default: the working directory)."""
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    parser = _Parser(source, os.environ if env is None else env, base.absolute())
+    try:
+        return parser.parse(data)
+    except ConfigError as exc:
+        raise parser.scrub(exc) from None
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate a TOML configuration file."""
+    path = Path(path)
+    source = str(path)
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError("<file>", "no such file", source=source) from None
+    except IsADirectoryError:
+        raise ConfigError("<file>", "is a directory, expected a TOML file", source=source) from None
+    except PermissionError:
+        raise ConfigError("<file>", "permission denied", source=source) from None
+    except UnicodeDecodeError:
+        raise ConfigError("<file>", "not UTF-8 text", source=source) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("<file>", f"TOML syntax error: {exc}", source=source) from None
+    settings = parse_config(data, source=source, env=env, base_dir=path.resolve().parent)
+    return dataclasses.replace(settings, source_path=path.resolve())

@@ -1,0 +1,128 @@
+"""The one event model every codec produces and every later stage consumes.
+
+Codecs turn protocol bytes into these objects; nothing after the codec knows which protocol an event came
+from. Values inside ``before``/``after`` are already Python values with exact semantics (Decimal for
+DECIMAL, int for every integer including BIGINT UNSIGNED above 2**63, bytes for binary types,
+datetime/date/timedelta for temporal types with fractional seconds kept, str for ENUM/SET text), so the
+writers never parse protocol strings.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePosition:
+    """Where an event was read; every error about an event names this."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"topic={self.topic} partition={self.partition} offset={self.offset}"
+
+
+class Op(enum.Enum):
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """What the protocol says about one column.
+
+    ``type_name`` is the lower-case MySQL type name without parameters ("bigint", "varchar", "decimal",
+    "datetime", ...). ``key`` marks the columns that identify a row downstream: the primary key, or
+    TiCDC's handle key when the table has no primary key (a not-null unique key).
+    """
+
+    name: str
+    type_name: str
+    nullable: bool = True
+    key: bool = False
+    unique: bool = False
+    unsigned: bool = False
+    binary: bool = False
+    generated: bool = False
+    type_code: int | None = None  # Open Protocol type code / canal sqlType, where the protocol sends one
+
+
+@dataclass(slots=True)
+class RowChange:
+    schema: str
+    table: str
+    commit_ts: int
+    op: Op
+    before: dict[str, Any] | None  # delete: the old row (all columns, or only the key columns)
+    after: dict[str, Any] | None  # insert/update: the new row
+    columns: tuple[Column, ...]
+    position: SourcePosition
+    size: int = 0  # approximate bytes held in memory, for the buffer budget
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.key)
+
+
+@dataclass(slots=True)
+class DDL:
+    schema: str
+    table: str  # "" for schema-level DDL (CREATE/DROP DATABASE)
+    commit_ts: int
+    query: str
+    position: SourcePosition
+    ddl_type: int | str | None = None  # Open Protocol DDL type code, canal "type", Simple DDL type
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """Resolved ts / watermark: every event of this partition with commit_ts <= ts has been sent."""
+
+    ts: int
+    position: SourcePosition
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchema:
+    schema: str
+    table: str
+    version: int
+    columns: tuple[Column, ...]
+    position: SourcePosition | None = None
+
+
+Event = RowChange | DDL | Resolved | TableSchema
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaMessage:
+    """One raw Kafka record as Spark hands it over (key/value may be None)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+    headers: Mapping[str, bytes] = field(default_factory=dict)
+
+    @property
+    def position(self) -> SourcePosition:
+        return SourcePosition(self.topic, self.partition, self.offset)
+
+
+class DecodeError(Exception):
+    """A message that cannot be decoded. Carries where it was and why; the pipeline stops or quarantines."""
+
+    def __init__(self, position: SourcePosition, reason: str, *, protocol: str = "") -> None:
+        self.position = position
+        self.reason = reason
+        self.protocol = protocol
+        where = f"{protocol} message at {position}" if protocol else f"message at {position}"
+        super().__init__(f"cannot decode {where}: {reason}")

@@ -1,0 +1,222 @@
+"""Spark glue: the Kafka source, ``foreachBatch`` into the batch processor, and the run loop.
+
+The progress tables in the target are the source of truth for where to resume: every start reads them and
+starts the Kafka source at each partition's restart offset (the lowest offset any held event came from), so
+held events are rebuilt from Kafka after a crash (invariant 7). The Spark checkpoint folder is working state
+of the running query only; it is cleared at start, which is why deleting it loses nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+
+from applier import migrate
+from applier.codecs import get_decoder
+from applier.config import Settings
+from applier.events import KafkaMessage
+from applier.processor import BatchProcessor, BatchReport
+from applier.progress import ProgressStore
+from applier.report import ProgressLine
+
+log = logging.getLogger("applier.pipeline")
+
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+
+
+class PipelineStopped(Exception):
+    """The pipeline stopped on an error an operator must act on (the message says what and where)."""
+
+
+@dataclass
+class RunResult:
+    batches: int
+    report: BatchReport
+
+
+def make_engine(settings: Settings) -> Engine:
+    return create_engine(settings.target_url(), pool_pre_ping=True, pool_size=2, max_overflow=2)
+
+
+def spark_session(settings: Settings, app_name: str | None = None):
+    """A SparkSession with the Kafka source jars on the classpath (resolved from Maven Central, no Ivy)."""
+    from pyspark.sql import SparkSession
+
+    from applier.services.jars import spark_kafka_jars
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark's own traffic on loopback
+
+    builder = (
+        SparkSession.builder.appName(app_name or f"applier-{settings.pipeline.name}")
+        .master(settings.spark.master)
+        .config("spark.jars", ",".join(spark_kafka_jars()))
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+    )
+    for k, v in settings.spark.conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
+    """Every partition of every subscribed topic, asked of Kafka through the JVM client Spark already has,
+    with the same kafka.* settings the source uses."""
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.util.Properties()
+    props.put("bootstrap.servers", settings.source.bootstrap_servers)
+    props.put("key.deserializer", "org.apache.kafka.common.serialization.ByteArrayDeserializer")
+    props.put("value.deserializer", "org.apache.kafka.common.serialization.ByteArrayDeserializer")
+    props.put("default.api.timeout.ms", "30000")
+    for k, v in settings.source.kafka.items():
+        props.put(k, v)
+    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
+    try:
+        topics = consumer.listTopics()
+        names = [str(t) for t in topics.keySet().toArray()]
+        mode, value = settings.source.subscription()
+        if mode == "subscribe":
+            wanted = [t.strip() for t in value.split(",") if t.strip()]
+            missing = [t for t in wanted if t not in names]
+            if missing:
+                raise PipelineStopped(
+                    f"topic(s) {', '.join(missing)} do not exist on {settings.source.bootstrap_servers} "
+                    "(config key source.topics): create them or start the TiCDC changefeed first"
+                )
+        else:
+            import re
+            rx = re.compile(value)
+            wanted = sorted(t for t in names if rx.fullmatch(t))
+        out = []
+        for t in wanted:
+            for info in topics.get(t).toArray():
+                out.append((t, int(info.partition())))
+        return sorted(out)
+    finally:
+        consumer.close()
+
+
+def starting_offsets(parts: list[tuple[str, int]], restart: dict[tuple[str, int], int], default: str) -> str:
+    """The Kafka source's startingOffsets JSON: restart offsets where known, else earliest (-2) or latest (-1)."""
+    fallback = -1 if default == "latest" and not restart else -2
+    doc: dict[str, dict[str, int]] = {}
+    for topic, part in parts:
+        doc.setdefault(topic, {})[str(part)] = restart.get((topic, part), fallback)
+    return json.dumps(doc)
+
+
+class _Lock:
+    """One running instance per pipeline: a second one would interleave progress writes."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.fh = open(path, "a+")
+
+    def __enter__(self) -> "_Lock":
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PipelineStopped(
+                f"another applier run holds {self.path}: pipeline already running (pipeline.checkpoint_dir)"
+            ) from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progress: bool | None = None) -> RunResult:
+    """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped."""
+    engine = make_engine(settings)
+    migrate.upgrade(engine)
+    store = ProgressStore(settings.pipeline.name, settings.source.protocol)
+    with engine.connect() as conn:
+        state = store.load(conn)
+    ckpt_root = Path(settings.pipeline.checkpoint_dir)
+    with _Lock(ckpt_root / "applier.lock"):
+        own_spark = spark is None
+        if own_spark:
+            spark = spark_session(settings)
+        try:
+            return _run(settings, spark, engine, store, state, ckpt_root, until_caught_up, progress)
+        finally:
+            engine.dispose()
+            if own_spark:
+                spark.stop()
+
+
+def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state, ckpt_root: Path,
+         until_caught_up: bool, progress: bool | None) -> RunResult:
+    parts = kafka_partitions(spark, settings)
+    restart = {tp: cp.restart_offset for tp, cp in state.checkpoints.items()}
+    offsets = starting_offsets(parts, restart, settings.source.starting_offsets)
+    spill_dir = str(settings.pipeline.spill_dir) if str(settings.pipeline.spill_dir) not in ("", ".") else str(ckpt_root / "spill")
+    shutil.rmtree(spill_dir, ignore_errors=True)  # spilled runs of a previous process are rebuilt from Kafka
+    processor = BatchProcessor(
+        engine=engine, decoder=get_decoder(settings.source.protocol), route=settings.router().route,
+        store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
+        budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
+        batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
+    )
+    query_dir = ckpt_root / "query"
+    shutil.rmtree(query_dir, ignore_errors=True)
+    line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
+    failure: list[BaseException] = []
+    last_refresh = [time.monotonic()]
+
+    def on_batch(df, batch_id: int) -> None:
+        if failure:
+            return
+        try:
+            if time.monotonic() - last_refresh[0] > 30:
+                processor.gate.add_partitions(kafka_partitions(spark, settings))
+                last_refresh[0] = time.monotonic()
+            rows = df.select("topic", "partition", "offset", "key", "value").collect()
+            msgs = [KafkaMessage(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+            rep = processor.process(msgs)
+            line.update(rep, processor.totals)
+            log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
+                     rep.applied.rows, rep.applied.ddls, rep.applied_ts, rep.held)
+        except BaseException as exc:  # stop the query; the error is reported by run()
+            failure.append(exc)
+            raise
+
+    reader = spark.readStream.format("kafka")
+    for k, v in settings.source.spark_options().items():
+        reader = reader.option(k, v)
+    reader = (reader.option("startingOffsets", offsets).option("failOnDataLoss", "true")
+              .option("maxOffsetsPerTrigger", str(settings.pipeline.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER)))
+    writer = reader.load().writeStream.foreachBatch(on_batch).option("checkpointLocation", str(query_dir))
+    writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(
+        processingTime=settings.pipeline.trigger_interval)
+    query = writer.start()
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    except Exception as exc:
+        if failure:
+            raise failure[0] from None
+        raise PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}") from exc
+    finally:
+        line.close()
+        processor.close()
+    if failure:
+        raise failure[0] from None
+    return RunResult(processor.batches, processor.totals)

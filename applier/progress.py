@@ -1,0 +1,196 @@
+"""The applier's own tables in the target: progress, DDL history, quarantine.
+
+They live in the target database so that progress commits in the same transaction as the data it describes
+(invariant 6). Their DDL is owned by the Alembic migrations in ``migrations/``; the ``Table`` objects here only
+describe them for queries. Progress writes use UPDATE-then-INSERT, which is portable across the dialects and
+only ever runs once per partition/table per transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from sqlalchemy import (
+    BigInteger, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, Text, and_, insert, select,
+    update,
+)
+from sqlalchemy.engine import Connection
+
+from applier.events import DDL, KafkaMessage
+from applier.gate import PartitionCheckpoint
+
+metadata = MetaData()
+
+pipelines = Table(
+    "applier_pipelines", metadata,
+    Column("pipeline", String(64), primary_key=True),
+    Column("protocol", String(32), nullable=False),
+    Column("applied_ts", BigInteger, nullable=False),
+    Column("batches", BigInteger, nullable=False),
+    Column("rows_applied", BigInteger, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
+)
+
+partitions = Table(
+    "applier_partitions", metadata,
+    Column("pipeline", String(64), primary_key=True),
+    Column("topic", String(249), primary_key=True),
+    Column("kafka_partition", Integer, primary_key=True, autoincrement=False),
+    Column("restart_offset", BigInteger, nullable=False),
+    Column("next_offset", BigInteger, nullable=False),
+    Column("resolved_ts", BigInteger, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
+)
+
+tables = Table(
+    "applier_tables", metadata,
+    Column("pipeline", String(64), primary_key=True),
+    Column("source_schema", String(64), primary_key=True),
+    Column("source_table", String(64), primary_key=True),
+    Column("target_schema", String(64), nullable=False),
+    Column("target_table", String(64), nullable=False),
+    Column("applied_ts", BigInteger, nullable=False),
+    Column("rows_applied", BigInteger, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
+)
+
+ddl_history = Table(
+    "applier_ddl_history", metadata,
+    Column("pipeline", String(64), primary_key=True),
+    Column("ddl_key", String(64), primary_key=True),
+    Column("commit_ts", BigInteger, nullable=False),
+    Column("source_schema", String(64), nullable=False),
+    Column("source_table", String(64), nullable=False),
+    Column("query", Text, nullable=False),
+    Column("statements", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # started | done | skipped
+    Column("detail", Text, nullable=False),
+    Column("started_at", DateTime, nullable=False),
+    Column("finished_at", DateTime, nullable=True),
+)
+
+quarantine = Table(
+    "applier_quarantine", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("pipeline", String(64), nullable=False),
+    Column("topic", String(249), nullable=False),
+    Column("kafka_partition", Integer, nullable=False),
+    Column("kafka_offset", BigInteger, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("msg_key", LargeBinary(2**32 - 1), nullable=True),
+    Column("msg_value", LargeBinary(2**32 - 1), nullable=True),
+    Column("created_at", DateTime, nullable=False),
+)
+
+VERSION_TABLE = "applier_schema_version"
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+
+
+def ddl_key(ev: DDL) -> str:
+    raw = f"{ev.commit_ts}\x00{ev.schema}\x00{ev.table}\x00{ev.query}".encode()
+    return hashlib.sha256(raw).hexdigest()
+
+
+@dataclass
+class PipelineState:
+    """What a restart needs: where each partition resumes and what was applied."""
+
+    applied_ts: int = 0
+    batches: int = 0
+    checkpoints: dict[tuple[str, int], PartitionCheckpoint] = field(default_factory=dict)
+    exists: bool = False
+
+
+@dataclass
+class TableProgress:
+    target_schema: str
+    target_table: str
+    rows: int = 0
+
+
+class ProgressStore:
+    """Reads and writes one pipeline's rows; every write happens on the caller's connection/transaction."""
+
+    def __init__(self, pipeline: str, protocol: str) -> None:
+        self.pipeline = pipeline
+        self.protocol = protocol
+
+    def load(self, conn: Connection) -> PipelineState:
+        st = PipelineState()
+        row = conn.execute(select(pipelines).where(pipelines.c.pipeline == self.pipeline)).mappings().first()
+        if row is None:
+            return st
+        st.exists = True
+        st.applied_ts = int(row["applied_ts"])
+        st.batches = int(row["batches"])
+        for r in conn.execute(select(partitions).where(partitions.c.pipeline == self.pipeline)).mappings():
+            st.checkpoints[(r["topic"], int(r["kafka_partition"]))] = PartitionCheckpoint(
+                int(r["restart_offset"]), int(r["resolved_ts"]), int(r["next_offset"])
+            )
+        return st
+
+    def save(
+        self,
+        conn: Connection,
+        *,
+        applied_ts: int,
+        checkpoints: Mapping[tuple[str, int], PartitionCheckpoint],
+        table_progress: Mapping[tuple[str, str], TableProgress],
+        batches: int = 0,
+    ) -> None:
+        """Record progress in the caller's transaction (the one that wrote the data)."""
+        ts = now()
+        rows_total = sum(t.rows for t in table_progress.values())
+        upd = conn.execute(
+            update(pipelines)
+            .where(pipelines.c.pipeline == self.pipeline)
+            .values(applied_ts=applied_ts, batches=pipelines.c.batches + batches,
+                    rows_applied=pipelines.c.rows_applied + rows_total, updated_at=ts, protocol=self.protocol)
+        )
+        if upd.rowcount == 0:
+            conn.execute(insert(pipelines).values(pipeline=self.pipeline, protocol=self.protocol, applied_ts=applied_ts,
+                                                  batches=batches, rows_applied=rows_total, updated_at=ts))
+        for (topic, part), cp in checkpoints.items():
+            where = and_(partitions.c.pipeline == self.pipeline, partitions.c.topic == topic,
+                         partitions.c.kafka_partition == part)
+            vals = dict(restart_offset=cp.restart_offset, next_offset=cp.next_offset, resolved_ts=cp.resolved_ts,
+                        updated_at=ts)
+            if conn.execute(update(partitions).where(where).values(**vals)).rowcount == 0:
+                conn.execute(insert(partitions).values(pipeline=self.pipeline, topic=topic, kafka_partition=part, **vals))
+        for (schema, table), tp in table_progress.items():
+            where = and_(tables.c.pipeline == self.pipeline, tables.c.source_schema == schema,
+                         tables.c.source_table == table)
+            vals = dict(target_schema=tp.target_schema, target_table=tp.target_table, applied_ts=applied_ts,
+                        updated_at=ts)
+            if conn.execute(update(tables).where(where).values(rows_applied=tables.c.rows_applied + tp.rows, **vals)).rowcount == 0:
+                conn.execute(insert(tables).values(pipeline=self.pipeline, source_schema=schema, source_table=table,
+                                                   rows_applied=tp.rows, **vals))
+
+    # ---- DDL history -----------------------------------------------------------------------------------
+    def ddl_state(self, conn: Connection, key: str) -> str | None:
+        return conn.execute(
+            select(ddl_history.c.state).where(ddl_history.c.pipeline == self.pipeline, ddl_history.c.ddl_key == key)
+        ).scalar()
+
+    def ddl_record(self, conn: Connection, ev: DDL, key: str, *, state: str, statements: list[str],
+                   detail: str = "") -> None:
+        ts = now()
+        vals: dict[str, Any] = dict(state=state, statements=";\n".join(statements), detail=detail)
+        if state != "started":
+            vals["finished_at"] = ts
+        where = and_(ddl_history.c.pipeline == self.pipeline, ddl_history.c.ddl_key == key)
+        if conn.execute(update(ddl_history).where(where).values(**vals)).rowcount == 0:
+            conn.execute(insert(ddl_history).values(
+                pipeline=self.pipeline, ddl_key=key, commit_ts=ev.commit_ts, source_schema=ev.schema,
+                source_table=ev.table, query=ev.query, started_at=ts, **vals))
+
+    def quarantine(self, conn: Connection, msg: KafkaMessage, reason: str) -> None:
+        conn.execute(insert(quarantine).values(
+            pipeline=self.pipeline, topic=msg.topic, kafka_partition=msg.partition, kafka_offset=msg.offset,
+            reason=reason, msg_key=msg.key, msg_value=msg.value, created_at=now()))

@@ -1,0 +1,112 @@
+"""Report: the live progress line on a terminal, and ``applier status`` from the progress tables."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from applier import progress as p
+
+
+def tso_physical_ms(ts: int) -> int:
+    """TiDB TSO: physical milliseconds in the high bits, an 18-bit logical counter below."""
+    return ts >> 18
+
+
+def lag_seconds(ts: int, now: float | None = None) -> float | None:
+    if ts <= 0:
+        return None
+    return round((now if now is not None else time.time()) - tso_physical_ms(ts) / 1000.0, 3)
+
+
+class ProgressLine:
+    """A one-line progress display on stderr when attached to a terminal (and silence otherwise)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self._shown = False
+
+    def update(self, rep: Any, totals: Any) -> None:
+        if not self.enabled:
+            return
+        el = time.monotonic() - self.start
+        lag = lag_seconds(totals.applied_ts)
+        msg = (f"\r{totals.messages:>10,} msgs  {totals.applied.rows:>10,} rows  {totals.applied.ddls:>4} DDL  "
+               f"{totals.messages / el if el else 0:>9,.0f} msg/s  held {totals.held:>8,}  "
+               f"lag {'-' if lag is None else f'{lag:,.1f}s'}   ")
+        sys.stderr.write(msg)
+        sys.stderr.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self.enabled and self._shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def status(engine: Engine, pipeline: str, *, consistency: str = "") -> dict[str, Any]:
+    """Everything an operator asks first: how far, how late, where each partition stands."""
+    now = time.time()
+    with engine.connect() as conn:
+        pl = conn.execute(select(p.pipelines).where(p.pipelines.c.pipeline == pipeline)).mappings().first()
+        parts = conn.execute(select(p.partitions).where(p.partitions.c.pipeline == pipeline)
+                             .order_by(p.partitions.c.topic, p.partitions.c.kafka_partition)).mappings().all()
+        tabs = conn.execute(select(p.tables).where(p.tables.c.pipeline == pipeline)
+                            .order_by(p.tables.c.source_schema, p.tables.c.source_table)).mappings().all()
+        ddl_counts = {}
+        for r in conn.execute(select(p.ddl_history.c.state).where(p.ddl_history.c.pipeline == pipeline)):
+            ddl_counts[r[0]] = ddl_counts.get(r[0], 0) + 1
+        quarantined = len(conn.execute(select(p.quarantine.c.id).where(p.quarantine.c.pipeline == pipeline)).all())
+    if pl is None:
+        return {"pipeline": pipeline, "exists": False, "consistency": consistency}
+    resolved = min((int(r["resolved_ts"]) for r in parts), default=0)
+    return {
+        "pipeline": pipeline,
+        "exists": True,
+        "protocol": pl["protocol"],
+        "consistency": consistency,
+        "applied_ts": int(pl["applied_ts"]),
+        "applied_lag_seconds": lag_seconds(int(pl["applied_ts"]), now),
+        "global_resolved_ts": resolved,
+        "global_resolved_lag_seconds": lag_seconds(resolved, now),
+        "batches": int(pl["batches"]),
+        "rows_applied": int(pl["rows_applied"]),
+        "updated_at": pl["updated_at"].isoformat() + "Z",
+        "ddl": ddl_counts,
+        "quarantined_messages": quarantined,
+        "partitions": [
+            {"topic": r["topic"], "partition": int(r["kafka_partition"]), "restart_offset": int(r["restart_offset"]),
+             "next_offset": int(r["next_offset"]), "resolved_ts": int(r["resolved_ts"])}
+            for r in parts
+        ],
+        "tables": [
+            {"source": f"{r['source_schema']}.{r['source_table']}", "target": f"{r['target_schema']}.{r['target_table']}",
+             "applied_ts": int(r["applied_ts"]), "rows_applied": int(r["rows_applied"])}
+            for r in tabs
+        ],
+    }
+
+
+def format_status(st: dict[str, Any]) -> str:
+    if not st.get("exists"):
+        return f"pipeline {st['pipeline']}: no progress recorded yet (it has never applied a batch)"
+    lines = [
+        f"pipeline {st['pipeline']} ({st['protocol']}, {st['consistency']})",
+        f"  applied resolved ts  {st['applied_ts']}  (lag {st['applied_lag_seconds']} s)",
+        f"  global resolved ts   {st['global_resolved_ts']}  (lag {st['global_resolved_lag_seconds']} s)",
+        f"  batches {st['batches']}, rows applied {st['rows_applied']}, DDL {st['ddl'] or {}}, "
+        f"quarantined {st['quarantined_messages']}, updated {st['updated_at']}",
+        "  partitions:",
+    ]
+    for r in st["partitions"]:
+        lines.append(f"    {r['topic']}[{r['partition']}]  restart {r['restart_offset']}  next {r['next_offset']}  "
+                     f"resolved {r['resolved_ts']}")
+    lines.append("  tables:")
+    for r in st["tables"]:
+        lines.append(f"    {r['source']} -> {r['target']}  applied ts {r['applied_ts']}  rows {r['rows_applied']}")
+    return "\n".join(lines)

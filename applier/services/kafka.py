@@ -1,0 +1,244 @@
+"""A single-node Kafka (KRaft, combined broker + controller) on 127.0.0.1.
+
+Classpath: the Maven-resolved ``kafka_2.13`` jars (see jars.py), run with ``java -cp <jars>/*``.
+Layout under ``$APPLIER_HOME``: ``kafka/server.properties`` and ``kafka/log4j2.properties`` (rewritten
+at every start), ``kafka/data/p<port>/`` (log + metadata dir, formatted once with StorageTool; one per
+client port because the standalone format records the controller endpoint in the bootstrap
+metadata), ``logs/kafka.out`` (JVM stdout/stderr), ``logs/kafka-server.log`` (log4j2),
+``run/kafka.pid``.
+
+Settings worth knowing for tests: ``num.partitions=3``, ``auto.create.topics.enable=false`` (tests
+create their topics explicitly), replication factor and min ISR 1 for the internal topics,
+``group.initial.rebalance.delay.ms=0``, heap ``-Xmx1g``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from applier.services import (
+    HOST,
+    ServicesError,
+    ServiceStatus,
+    home_dir,
+    kafka_controller_port,
+    log_path,
+    managed_pid,
+    port,
+    port_open,
+    spawn,
+    terminate,
+    url_for,
+    wait_until,
+)
+
+NAME = "kafka"
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+HEAP = "1g"
+
+LOG4J2 = """\
+# log4j2 configuration of the local test broker (written by applier.services.kafka)
+status = warn
+name = applier-kafka
+property.dir = ${sys:kafka.logs.dir}
+
+appender.server.type = RollingFile
+appender.server.name = server
+appender.server.fileName = ${dir}/kafka-server.log
+appender.server.filePattern = ${dir}/kafka-server.log.%i
+appender.server.layout.type = PatternLayout
+appender.server.layout.pattern = [%d] %p %m (%c)%n
+appender.server.policies.type = Policies
+appender.server.policies.size.type = SizeBasedTriggeringPolicy
+appender.server.policies.size.size = 50MB
+appender.server.strategy.type = DefaultRolloverStrategy
+appender.server.strategy.max = 3
+
+rootLogger.level = INFO
+rootLogger.appenderRef.server.ref = server
+
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = WARN
+"""
+
+
+def kafka_dir() -> Path:
+    return home_dir("kafka")
+
+
+def data_dir(client_port: int | None = None) -> Path:
+    return kafka_dir() / "data" / f"p{client_port or port(NAME)}"
+
+
+def server_properties(client_port: int, controller_port: int, data: Path, host: str = HOST) -> str:
+    """The broker's server.properties (pure: unit-tested)."""
+    return f"""\
+# single-node KRaft broker+controller for tests (written by applier.services.kafka)
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers={host}:{controller_port}
+listeners=PLAINTEXT://{host}:{client_port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{client_port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+metadata.log.dir={data}
+num.partitions=3
+default.replication.factor=1
+min.insync.replicas=1
+auto.create.topics.enable=false
+delete.topic.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.retention.hours=168
+num.network.threads=3
+num.io.threads=8
+"""
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise ServicesError("java is not installed (Kafka needs Java 17+): apt-get install -y openjdk-17-jre-headless")
+    return java
+
+
+def _jvm_opts(logs: Path, log4j: Path) -> list[str]:
+    return [
+        f"-Xmx{HEAP}",
+        "-Xms256m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dkafka.logs.dir={logs}",
+        f"-Dlog4j2.configurationFile={log4j}",
+    ]
+
+
+def _write_config() -> tuple[Path, Path, Path]:
+    from applier.services.jars import kafka_broker_classpath
+
+    classpath = kafka_broker_classpath()
+    data = data_dir()
+    data.mkdir(parents=True, exist_ok=True)
+    props = kafka_dir() / "server.properties"
+    props.write_text(server_properties(port(NAME), kafka_controller_port(), data))
+    log4j = kafka_dir() / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+    return props, log4j, Path(classpath)
+
+
+def _format_storage(props: Path, log4j: Path, classpath: Path) -> None:
+    data = data_dir()
+    if (data / "meta.properties").exists():
+        return
+    base = [_java(), *_jvm_opts(log_path(""), log4j), "-cp", str(classpath), "kafka.tools.StorageTool"]
+    r = subprocess.run([*base, "random-uuid"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    cluster_id = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else ""
+    if not cluster_id:
+        raise ServicesError(f"kafka StorageTool random-uuid failed:\n{r.stdout}{r.stderr}")
+    r = subprocess.run(
+        [*base, "format", "--standalone", "-t", cluster_id, "-c", str(props)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    if r.returncode != 0 or not (data / "meta.properties").exists():
+        raise ServicesError(f"kafka StorageTool format failed:\n{r.stdout}{r.stderr}")
+
+
+def metadata_ready(bootstrap: str, timeout: float = 3.0) -> bool:
+    """True once the broker answers a metadata request and lists itself."""
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError:  # no client library: fall back to TCP
+        host, _, p = bootstrap.rpartition(":")
+        return port_open(int(p), host)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000)})
+    md = admin.list_topics(timeout=timeout)
+    return bool(md.brokers)
+
+
+def _marker() -> str:
+    return str(kafka_dir() / "server.properties")
+
+
+def start() -> None:
+    p = port(NAME)
+    bootstrap = f"{HOST}:{p}"
+    pid = managed_pid(NAME, _marker())
+    if pid is None and port_open(p):
+        # someone else's broker (or another state home's): use it as it is
+        wait_until(f"kafka at {bootstrap} (external)", lambda: metadata_ready(bootstrap), timeout=15)
+        return
+    if pid is None:
+        if port_open(kafka_controller_port()):
+            raise ServicesError(
+                f"kafka: the controller port {kafka_controller_port()} is taken by another process; "
+                "set APPLIER_KAFKA_CONTROLLER_PORT"
+            )
+        props, log4j, classpath = _write_config()
+        _format_storage(props, log4j, classpath)
+        argv = [
+            _java(),
+            *_jvm_opts(log_path(""), log4j),
+            "-cp",
+            str(classpath),
+            "kafka.Kafka",
+            str(props),
+        ]
+        pid = spawn(NAME, argv, "kafka.out", cwd=kafka_dir())
+    try:
+        wait_until(
+            f"kafka at {bootstrap}",
+            lambda: port_open(p) and metadata_ready(bootstrap),
+            timeout=READY_TIMEOUT,
+            pid=pid,
+            log=[log_path("kafka.out"), log_path("kafka-server.log")],
+        )
+    except ServicesError:
+        if managed_pid(NAME, _marker()) == pid:
+            terminate(NAME, pid, signal.SIGKILL, timeout=10)
+        raise
+
+
+def stop() -> None:
+    pid = managed_pid(NAME, _marker())
+    if pid is not None:
+        terminate(NAME, pid, signal.SIGTERM, timeout=STOP_TIMEOUT)
+
+
+def status() -> ServiceStatus:
+    p = port(NAME)
+    pid = managed_pid(NAME, _marker())
+    up = port_open(p)
+    if pid is not None:
+        return ServiceStatus(NAME, url_for(NAME), "running" if up else "starting", pid,
+                             f"logs: {log_path('kafka-server.log')}")
+    if up:
+        return ServiceStatus(NAME, url_for(NAME), "external", None, "not started from this state home")
+    return ServiceStatus(NAME, url_for(NAME), "stopped")
+
+
+def reset_data() -> None:
+    """Delete the broker's data (only while stopped): the next start formats a fresh cluster."""
+    if managed_pid(NAME, _marker()) is not None:
+        raise ServicesError("kafka is running: stop it first")
+    shutil.rmtree(data_dir(), ignore_errors=True)
+
+
+__all__ = ["start", "stop", "status", "server_properties", "metadata_ready", "reset_data"]

@@ -1,0 +1,220 @@
+"""What every target writer shares: the target table's shape, and turning ordered row changes into one
+idempotent batch (deletes, then upserts).
+
+A batch is planned per target table from row changes already in commit order. Several versions of one key
+collapse to the last one: this is safe because a batch is always written inside the transaction that also
+records the progress, so no reader sees the intermediate states and a crash rolls it all back (invariant 6).
+
+Keys come from the *target* table (its primary key, else a unique key over NOT NULL columns), reflected once
+and cached until a DDL touches the table, so the writer never trusts a protocol's key flags for the SQL.
+An update that changes the primary key or any unique key is a delete of the old row and an insert of the new
+one, deletes first (invariant 5): a key that saw a delete or such an update anywhere in the batch is deleted
+in the delete phase and, if it has a final row, re-inserted in the upsert phase. That keeps unique-key swaps
+and moves inside one batch from colliding.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import MetaData, Table, inspect
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import NoSuchTableError
+
+from applier.events import Op, RowChange
+
+
+class ApplyError(Exception):
+    """A change cannot be applied; the message names the table, the event's position and what to do."""
+
+
+@dataclass
+class TableMeta:
+    schema: str
+    name: str
+    table: Table
+    columns: tuple[str, ...]
+    writable: frozenset[str]
+    key: tuple[str, ...]
+    unique_sets: tuple[tuple[str, ...], ...]  # every unique key, the primary key included
+
+    @property
+    def display(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+def reflect_table(conn: Connection, schema: str | None, name: str) -> TableMeta:
+    """Read the target table's columns and keys from the database catalog."""
+    md = MetaData()
+    try:
+        table = Table(name, md, schema=schema or None, autoload_with=conn)
+    except NoSuchTableError:
+        raise ApplyError(
+            f"target table {schema + '.' if schema else ''}{name} does not exist: replicate its CREATE TABLE "
+            "(start the changefeed before the table is created) or create it in the target before the applier "
+            "reaches its rows"
+        ) from None
+    insp = inspect(conn)
+    pk = tuple(c.name for c in table.primary_key.columns)
+    uniques: list[tuple[str, ...]] = []
+    for uc in insp.get_unique_constraints(name, schema=schema or None):
+        cols = tuple(uc["column_names"])
+        if cols and cols not in uniques:
+            uniques.append(cols)
+    for ix in insp.get_indexes(name, schema=schema or None):
+        cols = tuple(c for c in ix.get("column_names", []) if c)
+        if ix.get("unique") and cols and cols not in uniques:
+            uniques.append(cols)
+    key = pk
+    if not key:
+        for cols in uniques:
+            if all(not table.c[c].nullable for c in cols):
+                key = cols
+                break
+    generated = {c.name for c in table.columns if c.computed is not None}
+    all_uniques = tuple(([pk] if pk else []) + [u for u in uniques if u != pk])
+    return TableMeta(
+        schema=schema or "", name=name, table=table, columns=tuple(c.name for c in table.columns),
+        writable=frozenset(c.name for c in table.columns if c.name not in generated), key=key,
+        unique_sets=all_uniques,
+    )
+
+
+@dataclass
+class BatchPlan:
+    """One table's share of an applied window, ready for the writer."""
+
+    meta: TableMeta
+    deletes: list[tuple[Any, ...]] = field(default_factory=list)  # key tuples, in meta.key order
+    upserts: list[dict[str, Any]] = field(default_factory=list)  # full rows, writable columns only
+    changes: int = 0  # row changes that went into it (before collapsing)
+
+
+def plan_batch(meta: TableMeta, changes: Sequence[RowChange]) -> BatchPlan:
+    """Collapse ordered row changes of one table into deletes then upserts (see the module docstring)."""
+    if not meta.key:
+        first = changes[0]
+        raise ApplyError(
+            f"target table {meta.display} has no primary key and no unique key over NOT NULL columns, so "
+            f"changes cannot be applied idempotently (first change at {first.position}). Add a primary key to "
+            "the target table, or route the upstream table with ignore = true"
+        )
+    key_cols = meta.key
+    final: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+    must_delete: dict[tuple[Any, ...], None] = {}
+    for ch in changes:
+        if ch.op is Op.DELETE:
+            k = _key(meta, ch, ch.before, key_cols)
+            final.pop(k, None)
+            final[k] = None
+            must_delete[k] = None
+            continue
+        row = _writable_row(meta, ch)
+        k = _key(meta, ch, ch.after, key_cols)
+        if ch.op is Op.UPDATE and ch.before:
+            old = ch.before
+            if any(c in old for c in key_cols):
+                ok = _key(meta, ch, old, key_cols)
+                if ok != k:
+                    final.pop(ok, None)
+                    final[ok] = None
+                    must_delete[ok] = None
+            for cols in meta.unique_sets:
+                if cols == key_cols:
+                    continue  # a key change is handled above
+                if any(c in old and c in ch.after and old[c] != ch.after[c] for c in cols):
+                    must_delete[k] = None
+                    break
+        final.pop(k, None)
+        final[k] = row
+    plan = BatchPlan(meta, changes=len(changes))
+    plan.deletes = list(must_delete)
+    plan.upserts = [row for row in final.values() if row is not None]
+    return plan
+
+
+def _key(meta: TableMeta, ch: RowChange, image: dict[str, Any] | None, cols: tuple[str, ...]) -> tuple[Any, ...]:
+    if not image:
+        raise ApplyError(f"{ch.op.value} on {meta.display} at {ch.position} carries no row image")
+    try:
+        return tuple(image[c] for c in cols)
+    except KeyError as exc:
+        raise ApplyError(
+            f"{ch.op.value} on {meta.display} at {ch.position} lacks key column {exc.args[0]!r} of the target's "
+            f"key ({', '.join(cols)}): the upstream and target keys differ; make the target key match upstream"
+        ) from None
+
+
+def _writable_row(meta: TableMeta, ch: RowChange) -> dict[str, Any]:
+    after = ch.after or {}
+    unknown = [c for c in after if c not in meta.writable and c not in meta.columns]
+    if unknown:
+        raise ApplyError(
+            f"{ch.op.value} on upstream table {ch.schema}.{ch.table} at {ch.position} has column(s) "
+            f"{', '.join(repr(c) for c in unknown)} that target table {meta.display} lacks: apply the upstream "
+            "DDL to the target (or let the applier replicate DDL), then restart"
+        )
+    generated = {c.name for c in ch.columns if c.generated}
+    return {c: v for c, v in after.items() if c in meta.writable and c not in generated}
+
+
+def group_columns(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Rows with the same column set go into one statement."""
+    out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(tuple(r), []).append(r)
+    return out
+
+
+class Sink(abc.ABC):
+    """A target dialect: how to upsert and delete a planned batch, and which DDL errors mean 'already done'."""
+
+    dialect: str  # "mysql" or "postgresql", as the DDL translator names them
+
+    def __init__(self, batch_rows: int = 5000) -> None:
+        self.batch_rows = batch_rows
+        self._meta: dict[tuple[str, str], TableMeta] = {}
+
+    def table(self, conn: Connection, schema: str, name: str) -> TableMeta:
+        k = (schema, name)
+        meta = self._meta.get(k)
+        if meta is None:
+            meta = self._meta[k] = reflect_table(conn, schema, name)
+        return meta
+
+    def forget_tables(self, targets: Iterable[tuple[str, str]] | None = None) -> None:
+        """Drop cached table shapes after a DDL (all of them when the DDL's targets are not known)."""
+        if targets is None:
+            self._meta.clear()
+            return
+        for t in targets:
+            self._meta.pop(t, None)
+
+    def write(self, conn: Connection, plan: BatchPlan) -> None:
+        for lo in range(0, len(plan.deletes), self.batch_rows):
+            self.delete_rows(conn, plan.meta, plan.deletes[lo:lo + self.batch_rows])
+        for cols, rows in group_columns(plan.upserts).items():
+            for lo in range(0, len(rows), self.batch_rows):
+                self.upsert_rows(conn, plan.meta, cols, rows[lo:lo + self.batch_rows])
+
+    @abc.abstractmethod
+    def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None: ...
+
+    @abc.abstractmethod
+    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None: ...
+
+    def begin(self, conn: Connection) -> None:
+        """Called at the start of every transaction the applier opens on ``conn``."""
+
+    @property
+    def ddl_is_transactional(self) -> bool:
+        return False
+
+    def is_replay_noop_error(self, exc: BaseException) -> bool:
+        """True when re-running a DDL failed only because it had already taken effect."""
+        return False
+
+    def prepare_schema(self, conn: Connection, schema: str) -> None:
+        """Make sure a target schema/database exists (used before a routed CREATE TABLE)."""

@@ -1,0 +1,72 @@
+"""MySQL and MariaDB writer.
+
+Upserts are ``INSERT ... ON DUPLICATE KEY UPDATE`` built by SQLAlchemy, which picks ``col = VALUES(col)`` for
+MariaDB (it rejects MySQL 8.0.20's row alias) and the alias form for MySQL 8; the statement is compiled once per
+table and column set and handed to the driver's executemany, which PyMySQL rewrites into multi-row INSERTs.
+Deletes are ``DELETE ... WHERE key IN (...)`` per chunk. DDL is not transactional here: the applier records a
+DDL as started before running it, and on a replay the errors listed in ``REPLAY_NOOP_ERRORS`` mean the
+statement had already taken effect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam, delete, tuple_
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from applier.sinks.base import Sink, TableMeta
+
+# MySQL/MariaDB error codes that, when a DDL is re-run after a crash, mean it already happened.
+REPLAY_NOOP_ERRORS = {
+    1007,  # database exists
+    1008,  # database does not exist (drop)
+    1050,  # table already exists
+    1051,  # unknown table (drop)
+    1054,  # unknown column (rename/drop re-run)
+    1060,  # duplicate column name
+    1061,  # duplicate key name
+    1068,  # multiple primary key defined
+    1091,  # can't drop; check that column/key exists
+    1146,  # table doesn't exist (rename re-run)
+}
+
+
+class MySQLSink(Sink):
+    dialect = "mysql"
+
+    def __init__(self, batch_rows: int = 5000) -> None:
+        super().__init__(batch_rows)
+        self._stmts: dict[tuple[Any, ...], Any] = {}
+
+    def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+        ck = (id(meta.table), cols)
+        stmt = self._stmts.get(ck)
+        if stmt is None:
+            # bind names p0..pN: upstream column names can hold characters a bind name cannot
+            ins = mysql_insert(meta.table).values({c: bindparam(f"p{i}") for i, c in enumerate(cols)})
+            updates = {c: ins.inserted[c] for c in cols if c not in meta.key}
+            if not updates:  # key-only table: a no-op update keeps the statement idempotent
+                updates = {meta.key[0]: ins.inserted[meta.key[0]]}
+            stmt = self._stmts[ck] = ins.on_duplicate_key_update(updates)
+        conn.execute(stmt, [{f"p{i}": r[c] for i, c in enumerate(cols)} for r in rows])
+
+    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None:
+        t = meta.table
+        if len(meta.key) == 1:
+            cond = t.c[meta.key[0]].in_([k[0] for k in keys])
+        else:
+            cond = tuple_(*(t.c[c] for c in meta.key)).in_(keys)
+        conn.execute(delete(t).where(cond))
+
+    def is_replay_noop_error(self, exc: BaseException) -> bool:
+        if isinstance(exc, DBAPIError) and exc.orig is not None and exc.orig.args:
+            return exc.orig.args[0] in REPLAY_NOOP_ERRORS
+        return False
+
+    def prepare_schema(self, conn: Connection, schema: str) -> None:
+        if schema:
+            quoted = conn.dialect.identifier_preparer.quote_identifier(schema)
+            conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS {quoted}")

@@ -1,0 +1,82 @@
+"""End-to-end fixtures: the real local services and one shared Spark session.
+
+Services come from ``python -m applier.services`` (Kafka 4.3 in KRaft mode from Maven Central, MariaDB and
+PostgreSQL from Debian). What this session starts, it stops at the end; services that were already running
+(for example started by .ci/run) are left running for their owner to stop.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from applier import services
+
+
+def _wanted() -> set[str]:
+    return {"kafka", "mariadb", "postgres"}
+
+
+@pytest.fixture(scope="session")
+def urls():
+    before = services.running() if hasattr(services, "running") else set()
+    u = services.start(_wanted())
+    yield u
+    started = _wanted() - set(before)
+    if started and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
+        services.stop(started)
+
+
+@pytest.fixture(scope="session")
+def spark(urls, tmp_path_factory):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    jars = services.spark_kafka_jars()
+    s = (SparkSession.builder.appName("applier-tests").master("local[2]")
+         .config("spark.jars", ",".join(jars))
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+         .getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def target_url(urls, target: str) -> str:
+    return urls.mariadb_url if target == "mariadb" else urls.pg_url
+
+
+@pytest.fixture
+def drop_schema(urls):
+    made: list[tuple[str, str]] = []
+    yield made.append
+    for target, schema in made:
+        eng = create_engine(target_url(urls, target))
+        with eng.begin() as c:
+            if target == "mariadb":
+                c.execute(text(f"DROP DATABASE IF EXISTS `{schema}`"))
+            else:
+                c.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        eng.dispose()
+
+
+def config(urls, target: str, protocol: str, topic: str, schema: str, ckpt: Path, **pipeline) -> dict:
+    return {
+        "pipeline": {"name": f"p-{topic}", "checkpoint_dir": str(ckpt), **pipeline},
+        "source": {"bootstrap_servers": urls.kafka, "topics": [topic], "protocol": protocol},
+        "target": {"url": target_url(urls, target)},
+        "route": [{"match": "shop.*", "schema": schema}, {"match": "shop.audit_*", "ignore": True}],
+    }
