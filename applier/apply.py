@@ -137,7 +137,7 @@ class Applier:
         if state in ("done", "skipped"):
             return
         try:
-            tr = translate(self.sink.dialect, ev.query, schema=ev.schema, table=ev.table, route=self.route)
+            tr = translate(self.sink.ddl_dialect(conn), ev.query, schema=ev.schema, table=ev.table, route=self.route)
         except UnsupportedDDL as exc:
             if self.on_unsupported_ddl != "skip":
                 raise ApplyError(

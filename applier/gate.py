@@ -29,10 +29,11 @@ import heapq
 import itertools
 import os
 import pickle
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from applier.events import DDL, Event, Resolved, RowChange
 
@@ -49,6 +50,12 @@ def sort_key(ev: Held) -> tuple[int, str, int, int]:
     codec's order for them (runs are merged in the order they were added)."""
     p = ev.position
     return (ev.commit_ts, p.topic, p.partition, p.offset)
+
+
+def offset_key(ev: Held) -> tuple[str, int, int]:
+    """Arrival order per partition: the only order protocols without a watermark can give (per-key order)."""
+    p = ev.position
+    return (p.topic, p.partition, p.offset)
 
 
 def ddl_identity(ev: DDL) -> tuple[int, str, str, str]:
@@ -125,6 +132,7 @@ class Release:
     _disk_taken: list[int] = field(default_factory=list)
     _iterated: bool = False
     exhausted: bool = False
+    max_ts: int = 0
 
     def __iter__(self) -> Iterator[Held]:
         if self._iterated:
@@ -146,7 +154,20 @@ class Gate:
         budget_bytes: int = 512 * 1024 * 1024,
         spill_dir: str | os.PathLike[str] | None = None,
         seen_ddl: Iterable[tuple[int, str, str, str]] = (),
+        gated: bool = True,
+        upstream_holds: Callable[[], tuple[dict[TopicPartition, int], int | None]] | None = None,
     ) -> None:
+        """``gated=False`` is for protocols without a watermark: everything is released at once, in offset
+        order per partition, and nothing is dropped by commit ts (it may be unknown).
+
+        ``upstream_holds`` reports what an earlier stage (a decoder waiting for a table schema) holds: the
+        lowest offset per partition and the smallest commit ts. The gate never releases at or above that ts
+        and never reports a restart offset above those offsets, so held messages are neither overtaken nor
+        lost on restart.
+        """
+        self.gated = gated
+        self._key = sort_key if gated else offset_key
+        self._upstream_holds = upstream_holds
         self.applied_ts = applied_ts
         self.resolved: dict[TopicPartition, int] = {tp: 0 for tp in partitions}
         for tp, ts in (partition_resolved or {}).items():
@@ -193,7 +214,7 @@ class Gate:
             if not isinstance(ev, (RowChange, DDL)):
                 continue
             self.resolved.setdefault((pos.topic, pos.partition), 0)
-            if ev.commit_ts <= self.applied_ts:
+            if self.gated and ev.commit_ts <= self.applied_ts:
                 self.stats["duplicates_dropped"] += 1
                 continue
             if isinstance(ev, DDL):
@@ -206,7 +227,7 @@ class Gate:
             run_bytes += event_size(ev)
         if not run:
             return
-        run.sort(key=sort_key)  # stable: events of one message keep the codec's order
+        run.sort(key=self._key)  # stable: events of one message keep the codec's order
         self._mem.append(_MemRun(run))
         self._mem_bytes += run_bytes
         if self._mem_bytes > self.budget_bytes:
@@ -241,6 +262,10 @@ class Gate:
         applied-ts rule drops what was already applied). Otherwise it is the next offset after what was read.
         """
         out = dict(self.next_offsets)
+        if self._upstream_holds is not None:
+            for tp, off in self._upstream_holds()[0].items():
+                if off < out.get(tp, off + 1):
+                    out[tp] = off
         for mins in itertools.chain((r.min_offsets() for r in self._mem), (d.min_offsets for d in self._disk)):
             for tp, off in mins.items():
                 if off < out.get(tp, off + 1):
@@ -268,7 +293,14 @@ class Gate:
     # ---- release ------------------------------------------------------------------------------------
     def release(self, upto: int | None = None) -> Release:
         """Events with ``commit_ts <= upto`` (default: the global resolved ts), in commit order."""
-        limit = self.global_resolved() if upto is None else upto
+        if not self.gated:
+            limit = sys.maxsize
+        else:
+            limit = self.global_resolved() if upto is None else upto
+            if self._upstream_holds is not None:
+                held_ts = self._upstream_holds()[1]
+                if held_ts is not None:
+                    limit = min(limit, held_ts - 1)
         rel = Release(limit, self)
         for r in self._mem:
             # runs are sorted by commit_ts first, so the released part is a prefix
@@ -289,7 +321,10 @@ class Gate:
             streams.append(itertools.islice(r.events, r.start, end))
         for i, d in enumerate(self._disk):
             streams.append(self._disk_stream(d, i, rel))
-        yield from heapq.merge(*streams, key=sort_key)
+        for ev in heapq.merge(*streams, key=self._key):
+            if ev.commit_ts > rel.max_ts:
+                rel.max_ts = ev.commit_ts
+            yield ev
 
     @staticmethod
     def _disk_stream(d: _DiskRun, i: int, rel: Release) -> Iterator[Held]:
@@ -321,8 +356,9 @@ class Gate:
                 del r.events[: r.start]
                 r.start = 0
         self._mem_bytes = sum(event_size(ev) for r in self._mem for ev in r.events)
-        if rel.upto > self.applied_ts:
-            self.applied_ts = rel.upto
+        done_ts = rel.upto if self.gated else rel.max_ts
+        if done_ts > self.applied_ts:
+            self.applied_ts = done_ts
         self._held_ddl = {k for k in self._held_ddl if k[0] > self.applied_ts}
 
     # ---- spill --------------------------------------------------------------------------------------
@@ -339,7 +375,7 @@ class Gate:
         mins: dict[TopicPartition, int] = {}
         first_ts: int | None = None
         merged = heapq.merge(
-            *(itertools.islice(r.events, r.start, None) for r in self._mem), key=sort_key
+            *(itertools.islice(r.events, r.start, None) for r in self._mem), key=self._key
         )
         with os.fdopen(fd, "wb") as fh:
             while True:

@@ -44,10 +44,14 @@ class BatchProcessor:
         self.decoder = decoder
         self.route = route
         self.on_decode_error = on_decode_error
+        holds = None
+        if hasattr(decoder, "held_offsets") and hasattr(decoder, "held_min_commit_ts"):
+            holds = lambda: (decoder.held_offsets(), decoder.held_min_commit_ts())  # noqa: E731
         self.gate = Gate(
             partitions=partitions, applied_ts=state.applied_ts,
             partition_resolved={tp: cp.resolved_ts for tp, cp in state.checkpoints.items()},
-            budget_bytes=budget_bytes, spill_dir=spill_dir,
+            budget_bytes=budget_bytes, spill_dir=spill_dir, gated=getattr(decoder, "gated", True),
+            upstream_holds=holds,
         )
         for tp, cp in state.checkpoints.items():
             self.gate.next_offsets[tp] = cp.restart_offset

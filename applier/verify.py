@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import MetaData, Table, select
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
+
+from applier.sinks import sink_for
 
 
 def read_table(engine: Engine, schema: str, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-    t = Table(table, MetaData(), schema=schema, autoload_with=engine)
-    pk = [c.name for c in t.primary_key.columns]
+    """All rows keyed by the table's key, read through the writer's own reflection (so names match)."""
     with engine.connect() as conn:
-        rows = conn.execute(select(t)).mappings().all()
-    return {tuple(r[c] for c in pk): dict(r) for r in rows}
+        meta = sink_for(engine).reflect(conn, schema, table)
+        rows = conn.execute(select(meta.table)).mappings().all()
+    return {tuple(r[c] for c in meta.key): dict(r) for r in rows}
 
 
 def normalise(v: Any) -> Any:

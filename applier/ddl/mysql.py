@@ -372,7 +372,7 @@ def _view(ctx: Context, st: _Stmt, c: Cursor, head: Token, or_replace: bool) -> 
     if is_create and not or_replace:
         st.insert(head.end, " OR REPLACE")
     while not c.at_end and not c.is_kw("VIEW"):
-        if c.is_kw("DEFINER"):
+        if c.is_kw("DEFINER") and c.is_op("=", k=1):
             lo = c.pos
             c.next()
             c.expect_op("=")

@@ -544,6 +544,8 @@ def parse_column(c: Cursor) -> ColDef:
             c.accept_kw("ENFORCED")
         elif c.accept_kw("VISIBLE", "INVISIBLE"):
             pass
+        elif c.is_kw("FIRST", "AFTER"):
+            break  # ALTER TABLE position, handled by the caller
         else:
             raise LexError(f"unexpected {c.peek().text!r} in the definition of column {name!r}")
     return col
@@ -799,6 +801,7 @@ def parse_index_def(c: Cursor) -> IndexDef:
     elif name is None:
         name = symbol
     if kind in ("fulltext", "spatial", "vector", "columnar"):
+        c.pos = c.end  # key parts and options of an index PostgreSQL does not get
         return IndexDef(kind, name)
     idx = IndexDef(kind, name, parse_key_parts(c))
     _skip_index_options(c)

@@ -19,7 +19,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import MetaData, Table, inspect
+from sqlalchemy import Column as SAColumn, MetaData, Table, inspect
+from sqlalchemy.types import NullType
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import NoSuchTableError
 
@@ -45,17 +46,35 @@ class TableMeta:
         return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
+def missing_table(schema: str | None, name: str) -> ApplyError:
+    return ApplyError(
+        f"target table {schema + '.' if schema else ''}{name} does not exist: replicate its CREATE TABLE "
+        "(start the changefeed before the table is created) or create it in the target before the applier "
+        "reaches its rows"
+    )
+
+
+def build_meta(schema: str, name: str, columns: Sequence[tuple[str, bool, bool]], pk: tuple[str, ...],
+               uniques: Sequence[tuple[str, ...]]) -> TableMeta:
+    """A TableMeta from catalog facts: columns as (name, nullable, generated), the primary key, unique keys."""
+    table = Table(name, MetaData(), *(SAColumn(c, NullType, primary_key=c in pk, nullable=nullable)
+                                      for c, nullable, _ in columns), schema=schema or None)
+    nullable = {c: n for c, n, _ in columns}
+    key = pk
+    if not key:
+        key = next((u for u in uniques if all(not nullable.get(c, True) for c in u)), ())
+    all_uniques = tuple(([pk] if pk else []) + [u for u in uniques if u != pk])
+    return TableMeta(schema=schema or "", name=name, table=table, columns=tuple(c for c, _, _ in columns),
+                     writable=frozenset(c for c, _, gen in columns if not gen), key=key, unique_sets=all_uniques)
+
+
 def reflect_table(conn: Connection, schema: str | None, name: str) -> TableMeta:
     """Read the target table's columns and keys from the database catalog."""
     md = MetaData()
     try:
         table = Table(name, md, schema=schema or None, autoload_with=conn)
     except NoSuchTableError:
-        raise ApplyError(
-            f"target table {schema + '.' if schema else ''}{name} does not exist: replicate its CREATE TABLE "
-            "(start the changefeed before the table is created) or create it in the target before the applier "
-            "reaches its rows"
-        ) from None
+        raise missing_table(schema, name) from None
     insp = inspect(conn)
     pk = tuple(c.name for c in table.primary_key.columns)
     uniques: list[tuple[str, ...]] = []
@@ -181,8 +200,11 @@ class Sink(abc.ABC):
         k = (schema, name)
         meta = self._meta.get(k)
         if meta is None:
-            meta = self._meta[k] = reflect_table(conn, schema, name)
+            meta = self._meta[k] = self.reflect(conn, schema, name)
         return meta
+
+    def reflect(self, conn: Connection, schema: str, name: str) -> TableMeta:
+        return reflect_table(conn, schema, name)
 
     def forget_tables(self, targets: Iterable[tuple[str, str]] | None = None) -> None:
         """Drop cached table shapes after a DDL (all of them when the DDL's targets are not known)."""
@@ -204,6 +226,10 @@ class Sink(abc.ABC):
 
     @abc.abstractmethod
     def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None: ...
+
+    def ddl_dialect(self, conn: Connection) -> str:
+        """The name the DDL translator uses for this server ("mysql", "mariadb" or "postgresql")."""
+        return self.dialect
 
     def begin(self, conn: Connection) -> None:
         """Called at the start of every transaction the applier opens on ``conn``."""

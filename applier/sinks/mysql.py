@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, delete, tuple_
+from sqlalchemy import bindparam, delete, text, tuple_
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from applier.sinks.base import Sink, TableMeta
+from applier.sinks.base import Sink, TableMeta, build_meta, missing_table
 
 # MySQL/MariaDB error codes that, when a DDL is re-run after a crash, mean it already happened.
 REPLAY_NOOP_ERRORS = {
@@ -60,6 +60,32 @@ class MySQLSink(Sink):
         else:
             cond = tuple_(*(t.c[c] for c in meta.key)).in_(keys)
         conn.execute(delete(t).where(cond))
+
+    def reflect(self, conn: Connection, schema: str, name: str) -> TableMeta:
+        """Read the table from information_schema: SQLAlchemy's MySQL reflection parses SHOW CREATE TABLE and
+        leaves doubled backticks in names (a column named ``a`b`` comes back as ``a``b``), which would then
+        be quoted again and miss the column."""
+        db = schema or conn.exec_driver_sql("SELECT DATABASE()").scalar()
+        cols = conn.execute(
+            text("SELECT COLUMN_NAME, IS_NULLABLE, EXTRA, GENERATION_EXPRESSION FROM information_schema.COLUMNS "
+                 "WHERE TABLE_SCHEMA = :s AND TABLE_NAME = :t ORDER BY ORDINAL_POSITION"), {"s": db, "t": name}
+        ).all()
+        if not cols:
+            raise missing_table(schema, name)
+        columns = [(c, nullable == "YES", bool(gen) or "GENERATED" in (extra or "").upper())
+                   for c, nullable, extra, gen in cols]
+        idx: dict[str, list[str]] = {}
+        for index_name, col in conn.execute(
+            text("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = :s AND "
+                 "TABLE_NAME = :t AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX"), {"s": db, "t": name}
+        ):
+            idx.setdefault(index_name, []).append(col)
+        pk = tuple(idx.pop("PRIMARY", ()))
+        uniques = [tuple(v) for _, v in sorted(idx.items())]
+        return build_meta(schema, name, columns, pk, uniques)
+
+    def ddl_dialect(self, conn: Connection) -> str:
+        return "mariadb" if getattr(conn.dialect, "is_mariadb", False) else "mysql"
 
     def is_replay_noop_error(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError) and exc.orig is not None and exc.orig.args:

@@ -283,3 +283,24 @@ def test_random_streams_converge(seed: int, parts: int, replay: bool, crash: boo
     assert gate.held == 0
     assert state == expected
     gate.close()
+
+
+# ---- protocols without a watermark, and holds upstream of the gate ------------------------------------------
+
+def test_ungated_releases_everything_in_offset_order_per_partition() -> None:
+    g = Gate(partitions=[("k", 0), ("k", 1)], gated=False, applied_ts=50)
+    g.add([row(0, 0, 3, 1, 1), row(0, 1, 0, 2, 1), row(0, 0, 1, 1, 0), row(10, 0, 2, 3, 3)])
+    out = drain(g)
+    assert [(e.position.partition, e.position.offset) for e in out] == [(0, 1), (0, 2), (0, 3), (1, 0)]
+    assert g.held == 0 and g.restart_offsets() == {("k", 0): 4, ("k", 1): 1}
+
+
+def test_upstream_holds_cap_the_release_and_the_restart_offsets() -> None:
+    holds = {"offsets": {("k", 0): 2}, "ts": 15}
+    g = Gate(partitions=[("k", 0)], upstream_holds=lambda: (holds["offsets"], holds["ts"]))
+    g.add([row(10, 0, 1, 1, 1), row(20, 0, 3, 2, 2), res(30, 0, 4)])
+    assert [e.commit_ts for e in drain(g)] == [10]  # 20 waits: a held message at ts 15 must land first
+    assert g.applied_ts == 14
+    assert g.restart_offsets()[("k", 0)] == 2
+    holds["offsets"], holds["ts"] = {}, None
+    assert [e.commit_ts for e in drain(g)] == [20]
