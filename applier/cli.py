@@ -1,7 +1,8 @@
 """``applier``: run / status / migrate / validate / demo.
 
 Exit codes: 0 done; 2 configuration error (the message names the key); 3 undecodable message (names topic,
-partition, offset); 4 a change or DDL the target refused (names the table and position); 1 anything else.
+partition, offset); 4 a change or DDL the target refused (names the table and position); 5 the target database is unreachable or refused the
+connection; 1 anything else.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from applier.config import ConfigError, Settings, load_config
 EXIT_CONFIG = 2
 EXIT_DECODE = 3
 EXIT_APPLY = 4
+EXIT_TARGET = 5
 
 
 def consistency_of(protocol: str) -> str:
@@ -117,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from applier.events import DecodeError
     from applier.pipeline import PipelineStopped
+    from sqlalchemy.exc import DBAPIError
+
     from applier.sinks import ApplyError
     try:
         return args.fn(args)
@@ -134,6 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineStopped as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return 1
+    except DBAPIError as exc:
+        reason = str(exc.orig if exc.orig is not None else exc).splitlines()[0][:500]
+        print(f"stopped: the target database failed: {reason}. Check [target] url (and password_env), that the "
+              "server is reachable and that the user may create tables; then rerun.", file=sys.stderr)
+        return EXIT_TARGET
 
 
 if __name__ == "__main__":

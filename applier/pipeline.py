@@ -62,6 +62,7 @@ def spark_session(settings: Settings, app_name: str | None = None):
         .config("spark.jars", ",".join(spark_kafka_jars()))
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -86,7 +87,14 @@ def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
         props.put(k, v)
     consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
     try:
-        topics = consumer.listTopics()
+        try:
+            topics = consumer.listTopics()
+        except Exception as exc:
+            reason = str(exc).splitlines()[0][:300]
+            raise PipelineStopped(
+                f"cannot list topics on {settings.source.bootstrap_servers} (config key source.bootstrap_servers, "
+                f"and [source.kafka] for security settings): {reason}"
+            ) from None
         names = [str(t) for t in topics.keySet().toArray()]
         mode, value = settings.source.subscription()
         if mode == "subscribe":

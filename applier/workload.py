@@ -70,7 +70,7 @@ class _Gen:
         self.parts = partitions
         self.rng = random.Random(seed)
         self.wl = Workload(protocol, partitions)
-        self.ts_ms = int(time.time() * 1000) - 3_600_000
+        self.ts_ms = int(time.time() * 1000) - 60_000
         self.logical = 0
         self.history: list[tuple[int, int, Any]] = []  # (ts, partition, event) for replays
         self.pending: dict[int, list[Any]] = {p: [] for p in range(partitions)}

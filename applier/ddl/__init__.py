@@ -91,6 +91,8 @@ def translate(dialect: str, query: str, *, schema: str, table: str, route: Route
     except LexError as exc:
         ctx.fail(f"cannot parse the statement ({exc})")
     assert result.kind in KINDS, result.kind
+    if not result.statements and result.targets:
+        result = TranslatedDDL([], result.kind, [])  # nothing runs, nothing is touched
     return result
 
 

@@ -143,8 +143,10 @@ class _Stmt:
         hi = max([last] + [t.end for t in keep if t.kind == "vclose"])
         out: list[str] = []
         pos = lo
-        for start, end, new in sorted(self.edits, key=lambda e: (e[0], e[1])):
+        for start, end, new in sorted(self.edits, key=lambda e: (e[0], -e[1])):
             if start < pos:
+                if end <= pos:
+                    continue  # inside a span already replaced (e.g. a removed specification)
                 raise AssertionError(f"overlapping DDL edits at {start}")
             out.append(self.text[pos:start])
             out.append(new)
@@ -293,9 +295,10 @@ def _create_table(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> Translat
             for a, b in elements:
                 if a < b and st.sig[a].is_word(*_INDEX_WORDS):
                     if mariadb:
-                        _mariadb_visibility(st, a, b)
                         if _expression_key(st.sig, a, b, ctx):
                             _drop_element(st, elements, a, b)
+                        else:
+                            _mariadb_visibility(st, a, b)
                 elif a < b:
                     _vector_to_longtext(st, a + 1, b)
     if mariadb:
@@ -586,7 +589,7 @@ def _alter(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
                 st.replace(new.start, new.end, q(*rn))
                 targets.append(rn)
         elif what == "exchange":
-            i = next(k for k in range(lo, hi) if st.sig[k].is_word("TABLE"))
+            i = next((k for k in range(lo, hi) if st.sig[k].is_word("TABLE")), hi)
             other = ctx.table_ref(Cursor(st.sig, i + 1, hi))
             ro = ctx.routed(other.schema, other.table)
             if (r is None) != (ro is None):

@@ -1228,6 +1228,7 @@ def _alter_table(ctx: Context, c: Cursor) -> TranslatedDDL:
     targets = [r] if r else []
     kind = "alter_table"
     names = _Names()
+    only_tidb = True  # every specification was TiDB-only (or there were none): kind "other"
     for lo, hi in specs:
         sc = Cursor(c.toks, lo, hi)
         if sc.at_end:
@@ -1240,6 +1241,7 @@ def _alter_table(ctx: Context, c: Cursor) -> TranslatedDDL:
             new = ctx.table_ref(sc)
             rn = ctx.routed(new.schema, new.table)
             kind = "rename_table"
+            only_tidb = False
             if (r is None) != (rn is None):
                 raise _Unsupported(f"ALTER TABLE {ref.schema}.{ref.table} RENAME TO {new.schema}.{new.table} moves "
                                    "a table between a replicated name and an ignored one; change the routing rules "
@@ -1249,21 +1251,29 @@ def _alter_table(ctx: Context, c: Cursor) -> TranslatedDDL:
                 targets.append(rn)
             continue
         if tbl is None:
+            only_tidb = False
             continue
-        stmts.extend(_alter_spec(ctx, tbl, sc, names))
+        out = _alter_spec(ctx, tbl, sc, names)
+        if out is not None:
+            only_tidb = False
+            stmts.extend(out)
     if r is None:
         return TranslatedDDL([], kind, [])
+    if only_tidb:
+        return TranslatedDDL([], "other", [])
     return TranslatedDDL(stmts + tail, kind, list(dict.fromkeys(targets)))
 
 
-def _alter_spec(ctx: Context, tbl: _Table, c: Cursor, names: _Names) -> list[str]:
+def _alter_spec(ctx: Context, tbl: _Table, c: Cursor, names: _Names) -> list[str] | None:
     w = c.peek().upper
     nxt = c.peek(1).upper if c.peek(1) is not None else ""
     t = tbl.q
-    # TiDB-only specifications
+    # TiDB-only specifications: None (as opposed to [] for "nothing to do in PostgreSQL")
     if (w == "SET" and nxt in ("TIFLASH", "HYPO")) or w in ("CACHE", "NOCACHE", "COMPACT", "ATTRIBUTES") \
             or (w in ("ADD", "DROP") and nxt == "STATS_EXTENDED"):
-        return []
+        return None
+    if w == "PARTITION" and nxt != "BY" and (c.peek(2) is None or c.is_kw("ATTRIBUTES", "SET", k=2)):
+        return None
     # partitions
     if w == "PARTITION" and nxt == "BY":
         return []
@@ -1280,7 +1290,7 @@ def _alter_spec(ctx: Context, tbl: _Table, c: Cursor, names: _Names) -> list[str
     if w == "ADD":
         c.next()
         if c.is_kw("VECTOR", "COLUMNAR") and c.is_kw("INDEX", "KEY", k=1):
-            return []
+            return None  # TiFlash-only index
         if _starts_index(c):
             idx = parse_index_def(c)
             _expect_spec_end(c)

@@ -316,8 +316,9 @@ class Cursor:
     def matching(self, open_pos: int | None = None) -> int:
         """Index of the ``)`` matching the ``(`` at ``open_pos`` (default: the current position)."""
         i = self.pos if open_pos is None else open_pos
-        if not self.toks[i].is_op("("):
-            raise LexError(f"expected '(', found {self.toks[i].text!r}")
+        if i >= self.end or not self.toks[i].is_op("("):
+            found = self.toks[i].text if i < self.end else "end of statement"
+            raise LexError(f"expected '(', found {found!r}")
         depth = 0
         while i < self.end:
             t = self.toks[i]

@@ -190,7 +190,7 @@ def test_expression_indexes():
     out = stmts("CREATE TABLE t (a int, b int, KEY k ((a + b)), KEY k2 (a))")
     assert out[1:] == ['CREATE INDEX IF NOT EXISTS "t__k2" ON "s"."t" ("a")']
     assert pg("CREATE INDEX idx1 ON t4 ((col1 + col2))") == TranslatedDDL([], "create_index", [])
-    assert pg("ALTER TABLE t4 ADD INDEX ((col1 * 40) DESC)") == TranslatedDDL([], "alter_table", [("s", "t4")])
+    assert pg("ALTER TABLE t4 ADD INDEX ((col1 * 40) DESC)") == TranslatedDDL([], "alter_table", [])
     with pytest.raises(UnsupportedDDL, match="unique index .* on an expression"):
         pg("CREATE UNIQUE INDEX u ON t ((a + b))")
 
@@ -349,7 +349,7 @@ def test_alter_indexes_and_keys():
     "ALTER TABLE t COALESCE PARTITION 2", "ALTER TABLE t LAST PARTITION LESS THAN (100)",
 ])
 def test_alter_with_nothing_to_do(query):
-    assert pg(query) == TranslatedDDL([], "alter_table", [("s", query.split()[2])])
+    assert pg(query) == TranslatedDDL([], "alter_table", [])
 
 
 @pytest.mark.parametrize("query", [
@@ -368,7 +368,7 @@ def test_partition_data_changes_are_refused(query):
     "ALTER TABLE t PARTITION p0 ATTRIBUTES 'x'",
 ])
 def test_tidb_only_alter(query):
-    assert pg(query).statements == []
+    assert pg(query) == TranslatedDDL([], "other", [])
 
 
 def test_alter_table_unknown_spec_is_refused():

@@ -1,0 +1,44 @@
+"""The CLI's contract with operators: exit codes, key-naming errors, secrets never printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from applier.cli import EXIT_CONFIG, EXIT_TARGET, main
+
+GOOD = """
+[pipeline]
+name = "p"
+checkpoint_dir = "{ckpt}"
+[source]
+bootstrap_servers = "127.0.0.1:1"
+topics = ["a"]
+protocol = "open"
+[target]
+url = "mysql+pymysql://u:Sup3rS3cret@127.0.0.1:1/db"
+"""
+
+
+def write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "c.toml"
+    p.write_text(text.format(ckpt=tmp_path / "ck"))
+    return str(p)
+
+
+def test_config_error_names_the_key_and_exits_2(tmp_path, capsys) -> None:
+    cfg = write(tmp_path, GOOD.replace("protocol =", "protocl ="))
+    assert main(["run", "-c", cfg]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "source.protocl" in err and "did you mean 'protocol'" in err
+
+
+def test_validate_masks_the_password(tmp_path, capsys) -> None:
+    assert main(["validate", "-c", write(tmp_path, GOOD)]) == 0
+    out = capsys.readouterr()
+    assert "Sup3rS3cret" not in out.out + out.err
+
+
+def test_unreachable_target_is_reported_without_the_password(tmp_path, capsys) -> None:
+    assert main(["status", "-c", write(tmp_path, GOOD)]) == EXIT_TARGET
+    err = capsys.readouterr().err
+    assert "[target] url" in err and "Sup3rS3cret" not in err
