@@ -27,6 +27,7 @@ from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.sinks import ApplyError, Sink, plan_batch
+from applier.sinks.base import VERBATIM
 
 log = logging.getLogger("applier.apply")
 
@@ -176,7 +177,7 @@ class Applier:
             for schema in dict.fromkeys(s for s, _ in tr.targets):
                 self._exec(conn, ev, lambda: self.sink.prepare_schema(conn, schema), replay, "create schema")
         for stmt in tr.statements:
-            self._exec(conn, ev, lambda: conn.exec_driver_sql(stmt), replay, stmt)
+            self._exec(conn, ev, lambda: conn.exec_driver_sql(stmt, execution_options=VERBATIM), replay, stmt)
 
     def _exec(self, conn: Connection, ev: DDL, fn: Callable[[], object], replay: bool, what: str) -> None:
         try:

@@ -27,6 +27,11 @@ from sqlalchemy.exc import NoSuchTableError
 from applier.events import Op, RowChange
 
 
+# For SQL text we build ourselves (DDL, staging): send it as written, so a literal % (in a comment, a default
+# or a quoted name) is not taken for a driver placeholder.
+VERBATIM = {"no_parameters": True}
+
+
 class ApplyError(Exception):
     """A change cannot be applied; the message names the table, the event's position and what to do."""
 
@@ -175,8 +180,9 @@ def _writable_row(meta: TableMeta, ch: RowChange) -> dict[str, Any]:
             f"{', '.join(repr(c) for c in unknown)} that target table {meta.display} lacks: apply the upstream "
             "DDL to the target (or let the applier replicate DDL), then restart"
         )
-    generated = {c.name for c in ch.columns if c.generated}
-    return {c: v for c, v in after.items() if c in meta.writable and c not in generated}
+    # Only columns generated on the *target* are skipped: a column generated upstream can be a plain
+    # column downstream (PostgreSQL cannot take MySQL's expressions), and then its value must be written.
+    return {c: v for c, v in after.items() if c in meta.writable}
 
 
 def group_columns(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:

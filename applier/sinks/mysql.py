@@ -1,8 +1,8 @@
 """MySQL and MariaDB writer.
 
-Upserts are ``INSERT ... ON DUPLICATE KEY UPDATE`` built by SQLAlchemy, which picks ``col = VALUES(col)`` for
-MariaDB (it rejects MySQL 8.0.20's row alias) and the alias form for MySQL 8; the statement is compiled once per
-table and column set and handed to the driver's executemany, which PyMySQL rewrites into multi-row INSERTs.
+Upserts are ``INSERT ... ON DUPLICATE KEY UPDATE col = VALUES(col)`` (MariaDB rejects MySQL 8.0.20's row
+alias; MySQL 8 still accepts VALUES()), built once per table and column set and handed to the driver's
+executemany, which PyMySQL rewrites into multi-row INSERTs.
 Deletes are ``DELETE ... WHERE key IN (...)`` per chunk. DDL is not transactional here: the applier records a
 DDL as started before running it, and on a replay the errors listed in ``REPLAY_NOOP_ERRORS`` mean the
 statement had already taken effect.
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, delete, text, tuple_
-from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy import delete, text, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -31,6 +30,10 @@ REPLAY_NOOP_ERRORS = {
     1068,  # multiple primary key defined
     1091,  # can't drop; check that column/key exists
     1146,  # table doesn't exist (rename re-run)
+    1505,  # partition management on a non-partitioned table
+    1507,  # error in list of partitions to drop (already dropped)
+    1508,  # cannot remove all partitions
+    1517,  # duplicate partition name
 }
 
 
@@ -39,19 +42,31 @@ class MySQLSink(Sink):
 
     def __init__(self, batch_rows: int = 5000) -> None:
         super().__init__(batch_rows)
-        self._stmts: dict[tuple[Any, ...], Any] = {}
+        self._sql: dict[tuple[Any, ...], str] = {}
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         ck = (id(meta.table), cols)
-        stmt = self._stmts.get(ck)
-        if stmt is None:
-            # bind names p0..pN: upstream column names can hold characters a bind name cannot
-            ins = mysql_insert(meta.table).values({c: bindparam(f"p{i}") for i, c in enumerate(cols)})
-            updates = {c: ins.inserted[c] for c in cols if c not in meta.key}
-            if not updates:  # key-only table: a no-op update keeps the statement idempotent
-                updates = {meta.key[0]: ins.inserted[meta.key[0]]}
-            stmt = self._stmts[ck] = ins.on_duplicate_key_update(updates)
-        conn.execute(stmt, [{f"p{i}": r[c] for i, c in enumerate(cols)} for r in rows])
+        sql = self._sql.get(ck)
+        if sql is None:
+            sql = self._sql[ck] = self._upsert_sql(conn, meta, cols)
+        conn.exec_driver_sql(sql, [tuple(r[c] for c in cols) for r in rows])
+
+    @staticmethod
+    def _upsert_sql(conn: Connection, meta: TableMeta, cols: tuple[str, ...]) -> str:
+        """``INSERT ... VALUES (%s, ...) ON DUPLICATE KEY UPDATE c = VALUES(c)``, identifiers quoted by
+        SQLAlchemy's preparer. Written out rather than compiled from ``insert().on_duplicate_key_update()``
+        because (a) SQLAlchemy doubles ``%`` twice inside ``VALUES()`` for names holding ``%``, and (b) only
+        this exact shape is rewritten by PyMySQL's executemany into multi-row INSERTs; MySQL 8's row-alias
+        form would fall back to one statement per row. ``VALUES()`` works on MariaDB and MySQL 8 (where it is
+        deprecated but supported)."""
+        prep = conn.dialect.identifier_preparer
+        q = [prep.quote(c) for c in cols]
+        updates = [f"{qc} = VALUES({qc})" for c, qc in zip(cols, q) if c not in meta.key]
+        if not updates:  # key-only table: a no-op update keeps the statement idempotent
+            k = prep.quote(meta.key[0])
+            updates = [f"{k} = {k}"]
+        return (f"INSERT INTO {prep.format_table(meta.table)} ({', '.join(q)}) VALUES ({', '.join(['%s'] * len(cols))}) "
+                f"ON DUPLICATE KEY UPDATE {', '.join(updates)}")
 
     def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None:
         t = meta.table

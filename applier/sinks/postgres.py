@@ -18,6 +18,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import NullType
 
+from psycopg import sql as psql
+
 from applier.sinks.base import Sink, TableMeta
 
 
@@ -51,20 +53,21 @@ class PostgresSink(Sink):
                 f"CREATE TEMPORARY TABLE {qname} ON COMMIT DROP AS SELECT {collist} FROM {src} WITH NO DATA"
             )
             created.add(name)
-        return stage, qname
+        return stage, name
 
-    def _copy(self, conn: Connection, qname: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-        prep = conn.dialect.identifier_preparer
-        collist = ", ".join(prep.quote(c) for c in cols)
+    def _copy(self, conn: Connection, name: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        # COPY goes to psycopg directly (no placeholder processing): quote with psycopg's own sql.Identifier
+        stmt = psql.SQL("COPY {} ({}) FROM STDIN").format(
+            psql.Identifier(name), psql.SQL(", ").join(psql.Identifier(c) for c in cols))
         raw = conn.connection.dbapi_connection
         with raw.cursor() as cur:
-            with cur.copy(f"COPY {qname} ({collist}) FROM STDIN") as cp:
+            with cur.copy(stmt) as cp:
                 for r in rows:
                     cp.write_row(r)
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
-        stage, qname = self._stage(conn, meta, "up", cols)
-        self._copy(conn, qname, cols, [tuple(r[c] for c in cols) for r in rows])
+        stage, name = self._stage(conn, meta, "up", cols)
+        self._copy(conn, name, cols, [tuple(r[c] for c in cols) for r in rows])
         ck = ("up", id(meta.table), cols)
         stmt = self._stmts.get(ck)
         if stmt is None:
@@ -76,8 +79,8 @@ class PostgresSink(Sink):
         conn.execute(stmt)
 
     def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None:
-        stage, qname = self._stage(conn, meta, "del", meta.key)
-        self._copy(conn, qname, meta.key, keys)
+        stage, name = self._stage(conn, meta, "del", meta.key)
+        self._copy(conn, name, meta.key, keys)
         ck = ("del", id(meta.table))
         stmt = self._stmts.get(ck)
         if stmt is None:

@@ -69,8 +69,8 @@ def target(request, urls, unique, drop_schema):
     engine.dispose()
 
 
-WEIRD_TABLE = 'we`ir"d; DROP TABLE x; --'
-WEIRD_COL = 'co`l"; --'
+WEIRD_TABLE = 'we`ir"d%s; DROP TABLE x; --'
+WEIRD_COL = 'co`l"%(x)s; --'
 
 
 def test_identifiers_from_upstream_are_quoted(target, unique) -> None:
@@ -78,7 +78,7 @@ def test_identifiers_from_upstream_are_quoted(target, unique) -> None:
     cols = (Column("id", "int", nullable=False, key=True), Column(WEIRD_COL, "varchar"))
     q = "`" + WEIRD_TABLE.replace("`", "``") + "`"
     c = "`" + WEIRD_COL.replace("`", "``") + "`"
-    ddl = DDL("up", WEIRD_TABLE, 100, f"CREATE TABLE {q} (`id` INT PRIMARY KEY, {c} VARCHAR(20))", POS)
+    ddl = DDL("up", WEIRD_TABLE, 100, f"CREATE TABLE {q} (`id` INT PRIMARY KEY, {c} VARCHAR(20) DEFAULT '5%' COMMENT '100%')", POS)
     f = Feed()
     proc = processor(engine, f"id-{unique}", lambda s, t: (schema, t))
     msgs = f.msgs(ddl,
