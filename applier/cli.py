@@ -21,9 +21,8 @@ EXIT_APPLY = 4
 EXIT_TARGET = 5
 
 
-def consistency_of(protocol: str) -> str:
-    from applier.codecs import get_decoder
-    gated = getattr(get_decoder(protocol), "gated", True)
+def consistency_of(settings: Settings) -> str:
+    gated = getattr(settings.source.decoder(), "gated", True)
     return "transactional (resolved-ts gated)" if gated else "per-key order (offset order per partition)"
 
 
@@ -52,7 +51,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if migrate.current(engine) is None:
             st = {"pipeline": settings.pipeline.name, "exists": False}
         else:
-            st = status(engine, settings.pipeline.name, consistency=consistency_of(settings.source.protocol))
+            st = status(engine, settings.pipeline.name, consistency=consistency_of(settings))
     finally:
         engine.dispose()
     print(json.dumps(st, indent=2, default=str) if args.json else format_status(st))

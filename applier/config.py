@@ -121,7 +121,30 @@ class FrozenMap(Mapping[str, str]):
         return f"FrozenMap({shown!r})"
 
 
-SUPPORTED_PROTOCOLS: tuple[str, ...] = ("open", "canal-json")
+SUPPORTED_PROTOCOLS: tuple[str, ...] = ("open", "canal-json")  # at least; see supported_protocols()
+
+
+def supported_protocols() -> tuple[str, ...]:
+    """The protocols this build has a decoder for."""
+    from applier.codecs import protocols
+    return tuple(protocols())
+
+
+def _url_password(value: str) -> str | None:
+    """The password in a URL's userinfo (``https://user:pw@host``), if any."""
+    m = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/@]*)@", value)
+    if not m or ":" not in m.group(1):
+        return None
+    return m.group(1).split(":", 1)[1] or None
+
+
+def _redact_codec_value(key: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if _is_secret_key(key):
+        return MASK
+    pw = _url_password(value)
+    return value.replace(pw, MASK) if pw else value
 PLANNED_PROTOCOLS: tuple[str, ...] = ("simple", "debezium", "avro")
 SUPPORTED_DRIVERS: tuple[str, ...] = ("mysql+pymysql", "mariadb+pymysql", "postgresql+psycopg")
 
@@ -180,7 +203,7 @@ _PIPELINE_KEYS = (
     "trigger_interval",
     "max_offsets_per_trigger",
 )
-_SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka")
+_SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka", "codec")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "schema")
 _SPARK_KEYS = ("master", "conf")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore")
@@ -309,6 +332,12 @@ class SourceSettings(_RedactedRepr):
     starting_offsets: str = "earliest"  # earliest | latest
     kafka: Mapping[str, str] = field(default_factory=FrozenMap)
     _kafka_templates: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
+    codec: Mapping[str, Any] = field(default_factory=FrozenMap)  # decoder options ([source.codec])
+
+    def decoder(self):
+        """A new decoder for this source (codec options applied)."""
+        from applier.codecs import get_decoder
+        return get_decoder(self.protocol, **dict(self.codec))
 
     def subscription(self) -> tuple[str, str]:
         """The Spark Kafka source option naming what to read: ``("subscribe", "a,b")`` or
@@ -336,6 +365,7 @@ class SourceSettings(_RedactedRepr):
             "protocol": self.protocol,
             "starting_offsets": self.starting_offsets,
             "kafka": _redact_options(self.kafka, self._kafka_templates),
+            "codec": {k: _redact_codec_value(k, v) for k, v in self.codec.items()},
         }
 
 
@@ -702,17 +732,19 @@ class _Parser:
             except re.error as exc:
                 raise self.error("source.topic_pattern", f"invalid regular expression: {exc}") from None
         protocol = self.get(d, p, "protocol", str, hint='protocol = "canal-json" (or "open")')
-        if protocol in PLANNED_PROTOCOLS:
+        supported = supported_protocols()
+        if protocol in PLANNED_PROTOCOLS and protocol not in supported:
             raise self.error(
                 "source.protocol",
-                f"{protocol!r} is not supported yet in this version; supported: {', '.join(SUPPORTED_PROTOCOLS)}",
+                f"{protocol!r} is not supported yet in this version; supported: {', '.join(supported)}",
             )
-        if protocol not in SUPPORTED_PROTOCOLS:
+        if protocol not in supported:
             raise self.error(
                 "source.protocol",
-                f"unknown protocol {protocol!r}{_suggest(protocol, SUPPORTED_PROTOCOLS)} "
-                f"(supported: {', '.join(SUPPORTED_PROTOCOLS)})",
+                f"unknown protocol {protocol!r}{_suggest(protocol, supported)} "
+                f"(supported: {', '.join(supported)})",
             )
+        codec = self.codec_options(d.get("codec", {}), protocol)
         starting = self.choice(d, p, "starting_offsets", ("earliest", "latest"), "earliest")
         kafka, kafka_templates = self.options(
             d.get("kafka", {}), "source.kafka", OWNED_KAFKA_KEYS, allow_float=False, prefix_hint="kafka."
@@ -725,7 +757,31 @@ class _Parser:
             starting_offsets=starting,
             kafka=kafka,
             _kafka_templates=kafka_templates,
+            codec=codec,
         )
+
+    def codec_options(self, raw: Any, protocol: str) -> Mapping[str, Any]:
+        """``[source.codec]``: options of the protocol's decoder (strings may use ${VAR}); checked by
+        building the decoder once, so a wrong option name fails here with the valid ones listed."""
+        if not isinstance(raw, dict):
+            raise self.error("source.codec", f"expected a table of decoder options, got {_type_name(raw)}")
+        out: dict[str, Any] = {}
+        for k, v in raw.items():
+            key = f"source.codec.{k}"
+            if isinstance(v, str):
+                v = self.expand(key, v, secret=_is_secret_key(k))
+                pw = _url_password(v)
+                if pw:
+                    self.secrets.append(pw)
+            elif not isinstance(v, (bool, int, float)):
+                raise self.error(key, f"expected a string, number or boolean, got {_type_name(v)}")
+            out[k] = v
+        from applier.codecs import get_decoder
+        try:
+            get_decoder(protocol, **out)
+        except ValueError as exc:
+            raise self.error("source.codec", str(exc)) from None
+        return FrozenMap(out)
 
     def check_servers(self, servers: str) -> None:
         key = "source.bootstrap_servers"

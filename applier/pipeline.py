@@ -22,7 +22,6 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from applier import migrate
-from applier.codecs import get_decoder
 from applier.config import Settings
 from applier.events import KafkaMessage
 from applier.processor import BatchProcessor, BatchReport
@@ -177,7 +176,7 @@ def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state,
     spill_dir = str(settings.pipeline.spill_dir) if str(settings.pipeline.spill_dir) not in ("", ".") else str(ckpt_root / "spill")
     shutil.rmtree(spill_dir, ignore_errors=True)  # spilled runs of a previous process are rebuilt from Kafka
     processor = BatchProcessor(
-        engine=engine, decoder=get_decoder(settings.source.protocol), route=settings.router().route,
+        engine=engine, decoder=settings.source.decoder(), route=settings.router().route,
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,

@@ -36,6 +36,19 @@ class BatchReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def with_protocol_hint(exc: DecodeError, decoder: Decoder, msg: KafkaMessage) -> DecodeError:
+    """When the bytes look like another protocol, say so: a wrong source.protocol is the usual cause."""
+    try:
+        from applier.codecs.sniff import sniff
+    except ImportError:  # pragma: no cover - sniffing is optional
+        return exc
+    looks = sniff(msg.key, msg.value)
+    if looks is None or looks == getattr(decoder, "name", None):
+        return exc
+    return DecodeError(exc.position, f"{exc.reason} (the message looks like {looks!r}: check that "
+                       f"source.protocol = \"{looks}\" matches the changefeed's protocol)", protocol=exc.protocol)
+
+
 class BatchProcessor:
     def __init__(self, *, engine: Engine, decoder: Decoder, route, store: ProgressStore, state: PipelineState,
                  partitions: Iterable[tuple[str, int]], on_decode_error: str = "stop",
@@ -70,10 +83,14 @@ class BatchProcessor:
             try:
                 evs = self.decoder.decode(msg)
             except DecodeError as exc:
+                exc = with_protocol_hint(exc, self.decoder, msg)
                 if self.on_decode_error != "quarantine":
-                    raise
-                quarantined.append((msg, exc.reason))
-                self.gate.note_offset(msg.topic, msg.partition, msg.offset)
+                    raise exc
+                # a decoder that held messages (waiting for a schema) may find one of *those* bad
+                bad = getattr(exc, "held_message", None) or msg
+                quarantined.append((bad, exc.reason))
+                if bad is msg:
+                    self.gate.note_offset(msg.topic, msg.partition, msg.offset)
                 log.error("quarantined %s", exc)
                 continue
             if not evs:

@@ -31,6 +31,9 @@ class Decoder(Protocol):
 _DECODERS: dict[str, tuple[str, str]] = {
     "open": ("applier.codecs.open", "OpenDecoder"),
     "canal-json": ("applier.codecs.canal_json", "CanalJSONDecoder"),
+    "avro": ("applier.codecs.avro", "AvroDecoder"),
+    "simple": ("applier.codecs.simple", "SimpleDecoder"),
+    "debezium": ("applier.codecs.debezium", "DebeziumDecoder"),
 }
 
 

@@ -1,4 +1,4 @@
-"""TiCDC Canal-JSON (with ``enable-tidb-extension=true``): decoder and a TiCDC-faithful encoder.
+"""TiCDC Canal-JSON (with or without ``enable-tidb-extension``): decoder and a TiCDC-faithful encoder.
 
 One Kafka value is one JSON message (TiCDC sends no key: ``None``)::
 
@@ -13,22 +13,27 @@ One Kafka value is one JSON message (TiCDC sends no key: ``None``)::
 * ``data`` is a list of rows (column -> string or null); each row becomes one RowChange, in order. For
   UPDATE, ``old`` is parallel to ``data`` and holds the old values of all columns (TiCDC default) or only of
   the changed ones (only-output-updated-columns / content-compatible); ``before`` = data[i] overlaid with
-  old[i]. For DELETE, ``data`` holds the old row (all columns, or only the handle key).
-* Values are strings in MySQL text form, converted by ``mysqlType`` (parameters such as ``decimal(10,2)``,
-  ``int(10) unsigned zerofill`` or ``enum('a','b')`` are stripped). Binary types (``mysqlType`` containing
-  ``blob`` or ``binary``, TiCDC's own test) carry their bytes mapped one byte per character (ISO-8859-1) and
-  are decoded back to the exact bytes. ENUM and SET values are TiCDC's ordinal / bitmask integers and BIT is
-  its unsigned integer value; all three become ``int``.
+  old[i]. An only-updated ``old`` may be ``[{}]`` (nothing changed). For DELETE, ``data`` holds the old row (all
+  columns, or only the handle key with ``delete-only-output-handle-key-columns``); ``old`` is ignored: TiCDC
+  before v5.4 repeated ``data`` there, later versions send null.
+* Values are strings in MySQL text form, converted by ``mysqlType``. With ``content-compatible=true`` TiCDC
+  writes the full type (``int(10) unsigned``, ``decimal(10,2)``, ``varchar(255)``, ``enum('a','b')``, the
+  shape official Canal uses); the parameters are stripped, so both shapes decode the same. Binary types
+  (``mysqlType`` containing ``blob`` or ``binary``, TiCDC's own test) carry their bytes mapped one byte per
+  character (ISO-8859-1, tiflow ``canal_entry.go`` ``formatValue`` with ``charmap.ISO8859_1``) and are
+  decoded back to the exact bytes; a character above U+00FF in such a value is a DecodeError. ENUM and SET
+  values are TiCDC's ordinal / bitmask integers and BIT is its unsigned integer value; all three become
+  ``int``.
 * ``Column.key`` = the column is in ``pkNames`` (also ``unique``); nullability is not in the message and is
   reported as True. ``Column.type_code`` is the ``sqlType`` (java.sql.Types) code.
 
 Without ``_tidb`` the commit ts is unknown and the stream cannot be gated: with
 ``require_tidb_extension=True`` (default) such messages are a DecodeError telling the operator to set
-``enable-tidb-extension=true``. ``require_tidb_extension=False`` decodes them with ``commit_ts=0`` (the
-ungated per-key/offset-order mode is a separate, later concern). Handle-key-only rows
-(``_tidb.onlyHandleKey``) other than deletes and claim-check rows (``_tidb.claimCheckLocation``) would need a
-lookup in upstream TiDB / external storage and are rejected. Large-message compression is not supported (the
-value would not be JSON, which is reported as such).
+``enable-tidb-extension=true``. ``require_tidb_extension=False`` decodes them with ``commit_ts=0`` and makes
+the decoder ``gated=False`` (per-key / offset-order application: canal-json without the extension has no
+watermark). Handle-key-only rows (``_tidb.onlyHandleKey``) other than deletes and claim-check rows
+(``_tidb.claimCheckLocation``) would need a lookup in upstream TiDB / external storage and are rejected.
+Large-message compression is not supported (the value would not be JSON, which is reported as such).
 
 Any malformed input raises :class:`applier.events.DecodeError` (protocol "canal-json"); nothing else
 escapes :meth:`CanalJSONDecoder.decode`.
@@ -39,7 +44,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import orjson
 
@@ -443,8 +448,42 @@ def format_value(col: Column, v: Any) -> str | None:
 _dumps = T.go_json_dumps  # easyjson / encoding/json escape <, >, & like this
 
 
+# content-compatible=true: TiDB's full column type (GetTypeDesc) with MySQL's default display widths
+_DEFAULT_WIDTH = {"tinyint": (4, 3), "smallint": (6, 5), "mediumint": (9, 8), "int": (11, 10), "bigint": (20, 20)}
+_DEFAULT_PARAMS = {"decimal": "(10,0)", "bit": "(1)", "year": "(4)", "char": "(1)", "binary": "(1)",
+                   "varchar": "(255)", "varbinary": "(255)"}
+
+
+def mysql_type_full(col: Column, full_type: str | None = None) -> str:
+    """The ``mysqlType`` TiCDC writes with ``content-compatible=true``: the full column type as TiDB prints it
+    ("int(10) unsigned", "decimal(10,2)", "varchar(255)", "enum('a','b')").
+
+    ``full_type`` (the column's real type) wins. Otherwise MySQL's default display width is used for integer,
+    DECIMAL, BIT, YEAR, CHAR and BINARY; VARCHAR/VARBINARY have no default length and get a placeholder 255,
+    ENUM/SET their bare names (the member list is not in the event model).
+    """
+    if full_type:
+        return full_type.lower()
+    name = _real_type_name(col)
+    unsigned = col.unsigned and name in T.NUMERIC_TYPES
+    widths = _DEFAULT_WIDTH.get(name)
+    if widths is not None:
+        out = f"{name}({widths[1] if unsigned else widths[0]})"
+    else:
+        out = name + _DEFAULT_PARAMS.get(name, "")
+    return out + " unsigned" if unsigned else out
+
+
 def encode_canal_json(
-    event: Any, *, build_ts_ms: int | None = None, enable_tidb_extension: bool = True
+    event: Any,
+    *,
+    build_ts_ms: int | None = None,
+    enable_tidb_extension: bool = True,
+    content_compatible: bool = False,
+    only_output_updated_columns: bool | None = None,
+    delete_only_handle_key: bool = False,
+    legacy_delete_old: bool = False,
+    mysql_types: Mapping[str, str] | None = None,
 ) -> tuple[bytes | None, bytes]:
     """One RowChange / DDL / Resolved -> (key, value) as TiCDC's canal-json encoder writes it.
 
@@ -453,7 +492,21 @@ def encode_canal_json(
     clock there; tests pin it). Field order, ``es`` (= commit ts >> 18), ``pkNames`` (null without a key),
     ``sqlType`` (value-dependent unsigned promotion), ``mysqlType`` and ``old`` (all columns for updates)
     follow TiCDC's encoder. A Resolved needs the extension (TiCDC sends no watermark without it).
+
+    Changefeed variants:
+
+    * ``enable_tidb_extension=False``: no ``_tidb`` (no commit ts; no watermarks at all).
+    * ``content_compatible=True``: ``mysqlType`` carries the full type (:func:`mysql_type_full`; pass the
+      real types in ``mysql_types``, column name -> type) and, as in TiCDC, implies
+      ``only_output_updated_columns``.
+    * ``only_output_updated_columns=True``: an UPDATE's ``old`` holds only the columns whose value changed.
+    * ``delete_only_handle_key=True`` (``delete-only-output-handle-key-columns``): a DELETE's ``data``,
+      ``sqlType`` and ``mysqlType`` cover only the key columns.
+    * ``legacy_delete_old=True``: the shape TiCDC sent before v5.4, where a DELETE's ``old`` repeats ``data``.
     """
+    if only_output_updated_columns is None:
+        only_output_updated_columns = content_compatible
+    types_override = mysql_types or {}
     ts = int(time.time() * 1000) if build_ts_ms is None else build_ts_ms
     if isinstance(event, Resolved):
         if not enable_tidb_extension:
@@ -487,6 +540,10 @@ def encode_canal_json(
         raise ValueError(f"{etype} without a row image")
     cols = {c.name: c for c in e.columns}
     pk = [c.name for c in e.columns if c.key]
+    if etype == "DELETE" and delete_only_handle_key:
+        row = {name: v for name, v in row.items() if name in cols and cols[name].key}
+        if not row:
+            raise ValueError("delete-only-output-handle-key-columns: the row has no key column")
     sql_type: dict[str, int] = {}
     mysql_type: dict[str, str] = {}
     data: dict[str, Any] = {}
@@ -495,12 +552,18 @@ def encode_canal_json(
         if col is None:
             raise ValueError(f"value for column {name!r} has no Column metadata")
         sql_type[name] = java_sql_type(col, v)
-        mysql_type[name] = mysql_type_string(col)
+        mysql_type[name] = (mysql_type_full(col, types_override.get(name)) if content_compatible
+                            else mysql_type_string(col))
         data[name] = format_value(col, v)
     old = None
     if etype == "UPDATE":
         assert e.before is not None
-        old = [{name: format_value(cols[name], v) for name, v in e.before.items() if name in cols}]
+        old_row = {name: format_value(cols[name], v) for name, v in e.before.items() if name in cols}
+        if only_output_updated_columns:
+            old_row = {name: v for name, v in old_row.items() if name not in data or data[name] != v}
+        old = [old_row]
+    elif etype == "DELETE" and legacy_delete_old:
+        old = [dict(data)]
     msg = {"id": 0, "database": e.schema, "table": e.table, "pkNames": pk or None, "isDdl": False,
            "type": etype, "es": e.commit_ts >> 18, "ts": ts, "sql": "", "sqlType": sql_type,
            "mysqlType": mysql_type, "old": old, "data": [data]}

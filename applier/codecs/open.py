@@ -752,7 +752,8 @@ def _encode_image(values: dict, columns: dict[str, Column]) -> dict:
     return out
 
 
-def _encode_event(e: Any) -> tuple[bytes, bytes]:
+def _encode_event(e: Any, output_old_value: bool = True, only_output_updated_columns: bool = False,
+                  delete_only_handle_key: bool = False) -> tuple[bytes, bytes]:
     if isinstance(e, Resolved):
         return _dumps({"ts": e.ts, "t": MESSAGE_TYPE_RESOLVED}), b""
     if isinstance(e, DDL):
@@ -775,7 +776,12 @@ def _encode_event(e: Any) -> tuple[bytes, bytes]:
         if e.op is Op.DELETE:
             if e.before is None:
                 raise ValueError("delete without a before image")
-            value = {"d": _encode_image(e.before, cols)}
+            before = e.before
+            if delete_only_handle_key:
+                before = {n: v for n, v in before.items() if n in cols and cols[n].key}
+                if not before:
+                    raise ValueError("delete-only-output-handle-key-columns: the row has no handle-key column")
+            value = {"d": _encode_image(before, cols)}
         elif e.op is Op.INSERT:
             if e.after is None:
                 raise ValueError("insert without an after image")
@@ -784,8 +790,14 @@ def _encode_event(e: Any) -> tuple[bytes, bytes]:
             if e.after is None:
                 raise ValueError("update without an after image")
             value = {"u": _encode_image(e.after, cols)}
-            if e.before is not None:
-                value["p"] = _encode_image(e.before, cols)
+            if e.before is not None and output_old_value:
+                pre = _encode_image(e.before, cols)
+                if only_output_updated_columns:
+                    # TiCDC's dropNotUpdatedColumns: drop from "p" what equals "u" (same type, same value)
+                    u = value["u"]
+                    pre = {n: c for n, c in pre.items() if n not in u or u[n]["t"] != c["t"] or u[n]["v"] != c["v"]}
+                if pre:  # Go's omitempty: an empty "p" is not written
+                    value["p"] = pre
         else:  # pragma: no cover - Op is closed
             raise ValueError(f"unknown op {e.op!r}")
         return _dumps(key), _dumps(value)
@@ -806,16 +818,29 @@ def frame_open_batch(pairs: Iterable[tuple[bytes, bytes | None]]) -> tuple[bytes
     return b"".join(kparts), b"".join(vparts)
 
 
-def encode_open_batch(events: Iterable[Any]) -> tuple[bytes, bytes]:
+def encode_open_batch(events: Iterable[Any], *, output_old_value: bool = True,
+                      only_output_updated_columns: bool = False,
+                      delete_only_handle_key: bool = False) -> tuple[bytes, bytes]:
     """Several RowChange/DDL/Resolved events -> one Kafka (key, value) in TiCDC's batch framing.
 
     Column JSON follows TiCDC: ``{"t": code, "h": true (handle key only), "f": flags, "v": value}``; columns
     are written in the RowChange's column order (ticdc's encoder; tiflow's sorts them by name). Note that
     TiCDC itself only batches row events; DDL and resolved events travel alone (use :func:`encode_open`).
+
+    Changefeed options, as TiCDC applies them:
+
+    * ``output_old_value=False`` (``enable-old-value=false`` / OpenOutputOldValue off): updates carry no
+      ``p``, so they decode as inserts (applied as upserts).
+    * ``only_output_updated_columns=True``: ``p`` holds only the columns whose value changed; it is omitted
+      when nothing changed.
+    * ``delete_only_handle_key=True`` (``delete-only-output-handle-key-columns``): ``d`` holds only the
+      handle-key columns.
     """
-    return frame_open_batch(_encode_event(e) for e in events)
+    return frame_open_batch(
+        _encode_event(e, output_old_value, only_output_updated_columns, delete_only_handle_key) for e in events
+    )
 
 
-def encode_open(event: Any) -> tuple[bytes, bytes]:
-    """One event -> one Kafka (key, value)."""
-    return encode_open_batch([event])
+def encode_open(event: Any, **options: Any) -> tuple[bytes, bytes]:
+    """One event -> one Kafka (key, value); options as for :func:`encode_open_batch`."""
+    return encode_open_batch([event], **options)

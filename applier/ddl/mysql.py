@@ -37,13 +37,18 @@ Idempotent replays: CREATE TABLE / CREATE DATABASE get ``IF NOT EXISTS``, DROP T
 DROP VIEW get ``IF EXISTS``, CREATE VIEW becomes ``CREATE OR REPLACE VIEW``. MySQL 8 has no
 ``IF [NOT] EXISTS`` for indexes and columns, so for ``"mysql"`` those clauses (which TiDB accepts) are removed;
 for ``"mariadb"`` they are added to CREATE INDEX / DROP INDEX and to ALTER TABLE's ADD COLUMN, ADD INDEX|KEY,
-ADD UNIQUE, DROP COLUMN, DROP INDEX|KEY, MODIFY, CHANGE and RENAME INDEX|KEY. Everything else (RENAME, MODIFY, ...) relies on the caller's
-replay protection (DDL marker rows and the "already applied" error codes).
+ADD UNIQUE, DROP COLUMN, DROP INDEX|KEY, MODIFY, CHANGE and RENAME INDEX|KEY. Everything else (RENAME TABLE,
+ADD/DROP PRIMARY KEY, partition maintenance, ...) relies on the caller's replay protection (DDL marker rows and
+the "already applied" error codes).
 
-``"mariadb"`` also maps what MariaDB 10.x spells differently: index visibility ``INVISIBLE``/``VISIBLE`` ->
-``IGNORED``/``NOT IGNORED``, and the MySQL 8 collations ``utf8mb4_0900_ai_ci`` -> ``utf8mb4_unicode_520_ci``
-and ``utf8mb4_0900_bin`` -> ``utf8mb4_bin`` (nearest equivalents; MariaDB before 11.4 has no 0900 collations).
-TiDB's ``VECTOR(n)`` type passes through: MySQL 9 and MariaDB 11.7 have it, older servers reject the table.
+``"mariadb"`` also maps what MariaDB 10.x spells or lacks differently: index visibility ``INVISIBLE``/``VISIBLE``
+-> ``IGNORED``/``NOT IGNORED``; the MySQL 8 collations ``utf8mb4_0900_ai_ci`` -> ``utf8mb4_unicode_520_ci`` and
+``utf8mb4_0900_bin`` -> ``utf8mb4_bin`` (nearest equivalents; MariaDB before 11.4 has no 0900 collations);
+indexes with functional key parts ``((a + b))`` are left out when non-unique (they only speed up queries) and
+refused when unique; a primary key over a generated column is refused (MariaDB forbids it).
+
+TiDB's ``VECTOR(n)`` column type becomes ``LONGTEXT`` for both flavours: it holds TiDB's text form ``[1,2,3]``
+that TiCDC sends (MySQL 9 / MariaDB 11.7 VECTOR columns accept only their own binary form, older servers none).
 
 Statements with no meaning outside TiDB -> ``statements == []``, kind ``"other"`` (nothing to do downstream):
 

@@ -74,8 +74,13 @@ MySQL / TiDB                                       PostgreSQL
 =================================================  ===============================================================
 CREATE TABLE [IF NOT EXISTS] t (...)               CREATE TABLE IF NOT EXISTS "s"."t" (... , CONSTRAINT "t_pkey"
                                                    PRIMARY KEY (...)) + CREATE [UNIQUE] INDEX IF NOT EXISTS per
-                                                   UNIQUE KEY / KEY / INDEX (prefix lengths dropped: uniqueness of a
-                                                   prefix implies uniqueness of the whole value)
+                                                   UNIQUE KEY / KEY / INDEX. Prefix parts ``col(n)``: dropped on
+                                                   short columns (varchar(n<=512), [var]binary(n<=2000)), else
+                                                   indexed as ``substring(col from 1 for n)`` (long values cannot
+                                                   exceed the ~2.7 kB btree entry limit; such an index is not made
+                                                   UNIQUE: upstream enforces it, writers cannot see it). A
+                                                   primary key always uses whole columns (writers need them for ON
+                                                   CONFLICT): a TEXT/BLOB primary key value above ~2.7 kB fails.
 CREATE TABLE t LIKE s                              CREATE TABLE IF NOT EXISTS t (LIKE s INCLUDING DEFAULTS) + a DO
                                                    block that copies s's primary key and indexes under t's names
 DROP TABLE [IF EXISTS] a, b                        DROP TABLE IF EXISTS "s"."a", "s"."b"
@@ -228,8 +233,9 @@ class ColDef:
 
 @dataclass
 class IndexPart:
-    column: str | None
+    column: str | None  # None: an expression
     desc: bool = False
+    prefix: int | None = None  # MySQL prefix length, col(n)
 
 
 @dataclass
@@ -747,19 +753,23 @@ def parse_key_parts(c: Cursor) -> list[IndexPart]:
     for a, b in split_top_level(c.toks, lo, hi):
         pc = Cursor(c.toks, a, b)
         column: str | None = None
+        prefix: int | None = None
         if pc.is_op("("):
             pc.skip_group()
         elif pc.peek() is not None and pc.peek().is_ident:
             column = pc.ident().ident
             if pc.is_op("("):
-                pc.skip_group()  # prefix length: dropped
+                glo, ghi = pc.skip_group()
+                if ghi - glo != 1 or c.toks[glo].kind != "number":
+                    raise LexError("unexpected index prefix length")
+                prefix = int(c.toks[glo].value)
         else:
             raise LexError("unexpected index part")
         desc = bool(pc.accept_kw("DESC"))
         pc.accept_kw("ASC")
         if not pc.at_end:
             column = None  # an expression written without parentheses
-        parts.append(IndexPart(column, desc))
+        parts.append(IndexPart(column, desc, prefix))
     return parts
 
 
@@ -853,7 +863,8 @@ class _Table:
         self.table = table
         self.q = qn(schema, table)
 
-    def index_statements(self, idx: IndexDef, name: str) -> list[str]:
+    def index_statements(self, idx: IndexDef, name: str, types: dict[str, MyType] | None = None) -> list[str]:
+        """CREATE INDEX for a MySQL index; ``types`` (lower-cased column name -> type) when known."""
         if idx.kind in ("foreign", "check", "fulltext", "spatial", "vector", "columnar"):
             return []
         if idx.has_expression:
@@ -861,11 +872,14 @@ class _Table:
                 raise _Unsupported(f"unique index {name!r} on an expression: MySQL expressions cannot be "
                                    "translated reliably", kind="create_index")
             return []  # a non-unique expression index only speeds up queries
-        cols = ", ".join(qi(p.column) + (" DESC" if p.desc else "") for p in idx.parts)
+        rendered = [_part_sql(p, types) for p in idx.parts]
+        cols = ", ".join(rendered)
         if idx.kind == "primary":
             return [self.add_primary_key([p.column for p in idx.parts])]
         pg_name = pg_index_name(self.table, name)
-        unique = "UNIQUE " if idx.kind == "unique" else ""
+        # a unique prefix over a long column becomes a plain index: upstream enforces the uniqueness, and the
+        # writers (which order unique-key swaps by the unique indexes they can see) cannot see expressions
+        unique = "UNIQUE " if idx.kind == "unique" and not any(r.startswith("(") for r in rendered) else ""
         out = [f"CREATE {unique}INDEX IF NOT EXISTS {qi(pg_name)} ON {self.q} ({cols})"]
         if _is_hashed(self.table, name):
             out.append(f"COMMENT ON INDEX {qn(self.schema, pg_name)} IS {lit(name.lower())}")
@@ -902,6 +916,26 @@ class _Table:
             "  END IF;\n"
             "END;"
         )
+
+
+_SHORT_CHARS = 512  # varchar(n) up to this many characters (4 bytes each) fits a btree entry (~2700 bytes)
+_SHORT_BYTES = 2000
+
+
+def _part_sql(p: IndexPart, types: dict[str, MyType] | None) -> str:
+    """One key part. A MySQL prefix ``col(n)`` is dropped when the column is known to be short; otherwise
+    the index covers ``substring(col from 1 for n)``: the same prefix semantics (also for UNIQUE), and
+    a long TEXT/BLOB value cannot exceed PostgreSQL's btree entry limit and stop replication."""
+    col = qi(p.column)
+    if p.prefix is not None:
+        t = types.get(p.column.lower()) if types else None
+        n = int(float(t.args[0])) if t is not None and t.args else 1
+        short = t is not None and (
+            (t.name in ("char", "varchar") and t.charset != "binary" and n <= _SHORT_CHARS)
+            or (t.name in ("binary", "varbinary") and n <= _SHORT_BYTES))
+        if not short:
+            col = f"(substring({col} from 1 for {p.prefix}))"
+    return col + (" DESC" if p.desc else "")
 
 
 def _index_name_sql(table: str, var: str) -> str:
@@ -1170,10 +1204,11 @@ def _create_table(ctx: Context, c: Cursor) -> TranslatedDDL:
         lines.append(f"  CONSTRAINT {qi(pg_index_name(tbl.table, 'PRIMARY'))} PRIMARY KEY ({cols})")
     stmts = [f"CREATE TABLE IF NOT EXISTS {tbl.q} (\n" + ",\n".join(lines) + "\n)"]
     names = _Names([i.name for i in indexes if i.name])
+    types = {col.name.lower(): col.type for col in columns}
     for idx in indexes:
         if idx.kind == "primary":
             continue
-        stmts.extend(tbl.index_statements(idx, names.name_for(idx)))
+        stmts.extend(tbl.index_statements(idx, names.name_for(idx), types))
     return TranslatedDDL(stmts, "create_table", [r])
 
 

@@ -1,26 +1,33 @@
-"""Real local services for the tests, the demo and the benchmark: Kafka, MariaDB, PostgreSQL.
+"""Real local services for the tests, the demo and the benchmark: Kafka, MariaDB, PostgreSQL, and on request
+a Confluent-compatible schema registry (Apicurio Registry, for the Avro protocol).
 
 ``python -m applier.services start|stop|status|env|jars`` (see ``__main__``), or from Python::
 
     from applier.services import spark_kafka_jars, start, stop, urls, Urls
 
-    u = start()                  # idempotent; Urls(kafka=..., mariadb_url=..., pg_url=...)
+    u = start()                  # idempotent; Urls(kafka=..., mariadb_url=..., pg_url=..., registry_url=...)
+    start({"registry"})          # the schema registry is optional: only started when asked for
     jars = spark_kafka_jars()    # absolute jar paths for spark.jars
     stop()                       # stops exactly what start() started (pid files)
 
 Everything lives under a state home, ``$APPLIER_HOME`` or ``~/.cache/applier``::
 
-    jars/      Maven-resolved jars (spark-kafka-<ver>/, kafka-<ver>/)
+    jars/      Maven-resolved jars (spark-kafka-<ver>/, kafka-<ver>/, apicurio-registry-<ver>/)
     kafka/     server.properties, log4j2.properties, data/p<port>/ (KRaft log + metadata)
     mariadb/   my.cnf, data/ (datadir, socket, pid)
     postgres/  data/ (PGDATA), or a LOCATION file pointing elsewhere (see databases.py)
-    logs/      kafka.out, kafka-server.log, mariadb.err, mariadb.out, postgres.out
+    registry/  working directory of the schema registry (its storage is in memory)
+    logs/      kafka.out, kafka-server.log, mariadb.err, mariadb.out, postgres.out, registry.out
     run/       <service>.pid of the processes started here, and a lock file
 
-Ports: Kafka 19092 (controller 19093), MariaDB 13306, PostgreSQL 15432, all on 127.0.0.1; override
-with APPLIER_KAFKA_PORT (APPLIER_KAFKA_CONTROLLER_PORT, default Kafka port + 1), APPLIER_MARIADB_PORT,
-APPLIER_PG_PORT.  If something already answers on a port and it was not started from this state home,
-it is used as it is ("external") and never stopped.
+Ports: Kafka 19092 (controller 19093), MariaDB 13306, PostgreSQL 15432, schema registry 18081, all on
+127.0.0.1; override with APPLIER_KAFKA_PORT (APPLIER_KAFKA_CONTROLLER_PORT, default Kafka port + 1),
+APPLIER_MARIADB_PORT, APPLIER_PG_PORT, APPLIER_REGISTRY_PORT.  If something already answers on a port and
+it was not started from this state home, it is used as it is ("external") and never stopped.
+
+The schema registry is an optional service: ``start()``/``status()`` without arguments cover only Kafka,
+MariaDB and PostgreSQL; ``start({"registry"})`` (or ``--only registry``) starts it; ``stop()`` without
+arguments stops it too if it was started here.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from pathlib import Path
 from typing import Iterator
 
 __all__ = [
+    "ALL_SERVICES",
+    "OPTIONAL_SERVICES",
     "SERVICES",
     "ServicesError",
     "Urls",
@@ -50,10 +59,18 @@ __all__ = [
     "urls",
 ]
 
-SERVICES = ("kafka", "mariadb", "postgres")
+SERVICES = ("kafka", "mariadb", "postgres")  # what start()/status() cover without arguments
+OPTIONAL_SERVICES = ("registry",)  # started only when asked for by name
+ALL_SERVICES = SERVICES + OPTIONAL_SERVICES
 HOST = "127.0.0.1"
-DEFAULT_PORTS = {"kafka": 19092, "mariadb": 13306, "postgres": 15432}
-PORT_ENV = {"kafka": "APPLIER_KAFKA_PORT", "mariadb": "APPLIER_MARIADB_PORT", "postgres": "APPLIER_PG_PORT"}
+DEFAULT_PORTS = {"kafka": 19092, "mariadb": 13306, "postgres": 15432, "registry": 18081}
+PORT_ENV = {
+    "kafka": "APPLIER_KAFKA_PORT",
+    "mariadb": "APPLIER_MARIADB_PORT",
+    "postgres": "APPLIER_PG_PORT",
+    "registry": "APPLIER_REGISTRY_PORT",
+}
+REGISTRY_PATH = "/apis/ccompat/v7"  # Apicurio Registry's Confluent-compatible API
 DB_USER = DB_PASSWORD = DB_NAME = "applier"
 
 
@@ -66,6 +83,8 @@ class Urls:
     kafka: str
     mariadb_url: str
     pg_url: str
+    # Confluent-compatible schema registry API base (only up when started with start({"registry"}))
+    registry_url: str = f"http://{HOST}:{DEFAULT_PORTS['registry']}{REGISTRY_PATH}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,48 +120,54 @@ def kafka_controller_port() -> int:
     return int(raw) if raw else port("kafka") + 1
 
 
-def build_urls(kafka_port: int, mariadb_port: int, pg_port: int, host: str = HOST) -> Urls:
+def build_urls(
+    kafka_port: int, mariadb_port: int, pg_port: int, host: str = HOST, registry_port: int | None = None
+) -> Urls:
     cred = f"{DB_USER}:{DB_PASSWORD}"
     return Urls(
         kafka=f"{host}:{kafka_port}",
         mariadb_url=f"mysql+pymysql://{cred}@{host}:{mariadb_port}/{DB_NAME}",
         pg_url=f"postgresql+psycopg://{cred}@{host}:{pg_port}/{DB_NAME}",
+        registry_url=f"http://{host}:{registry_port or DEFAULT_PORTS['registry']}{REGISTRY_PATH}",
     )
 
 
 def urls() -> Urls:
     """The URLs of the services (whether they run or not)."""
-    return build_urls(port("kafka"), port("mariadb"), port("postgres"))
+    return build_urls(port("kafka"), port("mariadb"), port("postgres"), registry_port=port("registry"))
 
 
 def url_for(service: str, u: Urls | None = None) -> str:
     u = u or urls()
-    return {"kafka": u.kafka, "mariadb": u.mariadb_url, "postgres": u.pg_url}[service]
+    return {"kafka": u.kafka, "mariadb": u.mariadb_url, "postgres": u.pg_url, "registry": u.registry_url}[service]
 
 
-def normalize_only(only: Iterable[str] | str | None) -> list[str]:
-    """``None`` -> all services; accepts a set/list or a comma-separated string; keeps SERVICES order."""
+def normalize_only(only: Iterable[str] | str | None, *, default: tuple[str, ...] = SERVICES) -> list[str]:
+    """``None`` -> ``default`` (the non-optional services); accepts a set/list or a comma-separated string;
+    keeps ALL_SERVICES order."""
     if only is None:
-        return list(SERVICES)
+        return list(default)
     if isinstance(only, str):
         only = only.split(",")
-    aliases = {"pg": "postgres", "postgresql": "postgres", "mysql": "mariadb"}
+    aliases = {"pg": "postgres", "postgresql": "postgres", "mysql": "mariadb", "schema-registry": "registry",
+               "apicurio": "registry"}
     wanted = set()
     for item in only:
         item = item.strip().lower()
         if not item:
             continue
         item = aliases.get(item, item)
-        if item not in SERVICES:
-            raise ServicesError(f"unknown service {item!r}: choose among {', '.join(SERVICES)}")
+        if item not in ALL_SERVICES:
+            raise ServicesError(f"unknown service {item!r}: choose among {', '.join(ALL_SERVICES)}")
         wanted.add(item)
     if not wanted:
         raise ServicesError("no service selected")
-    return [s for s in SERVICES if s in wanted]
+    return [s for s in ALL_SERVICES if s in wanted]
 
 
-def env_lines(u: Urls | None = None, jars: list[str] | None = None) -> list[str]:
-    """Shell ``export`` lines for the services (and the Spark Kafka jars when given)."""
+def env_lines(u: Urls | None = None, jars: list[str] | None = None, *, registry: bool = False) -> list[str]:
+    """Shell ``export`` lines for the services (and the Spark Kafka jars when given; APPLIER_REGISTRY_URL
+    when ``registry``)."""
     import shlex
 
     u = u or urls()
@@ -151,6 +176,8 @@ def env_lines(u: Urls | None = None, jars: list[str] | None = None) -> list[str]
         f"export APPLIER_MARIADB_URL={shlex.quote(u.mariadb_url)}",
         f"export APPLIER_PG_URL={shlex.quote(u.pg_url)}",
     ]
+    if registry:
+        lines.append(f"export APPLIER_REGISTRY_URL={shlex.quote(u.registry_url)}")
     if jars is not None:
         lines.append(f"export APPLIER_SPARK_JARS={shlex.quote(','.join(jars))}")
     return lines
@@ -415,13 +442,18 @@ def _module(service: str):
         from applier.services import kafka
 
         return kafka
+    if service == "registry":
+        from applier.services import registry
+
+        return registry
     from applier.services import databases
 
     return databases.MARIADB if service == "mariadb" else databases.POSTGRES
 
 
 def start(only: set[str] | None = None) -> Urls:
-    """Start the services (all, or ``only``) unless they already run; wait until each answers."""
+    """Start the services (Kafka, MariaDB, PostgreSQL; or ``only``, which may name the optional "registry")
+    unless they already run; wait until each answers."""
     for service in normalize_only(only):
         with services_lock():
             _module(service).start()
@@ -429,9 +461,10 @@ def start(only: set[str] | None = None) -> Urls:
 
 
 def stop(only: set[str] | None = None) -> None:
-    """Stop the services that start() started (all, or ``only``); never an external one."""
+    """Stop the services that start() started (all, the optional registry included, or ``only``); never an
+    external one."""
     errors = []
-    for service in reversed(normalize_only(only)):
+    for service in reversed(normalize_only(only, default=ALL_SERVICES)):
         with services_lock():
             try:
                 _module(service).stop()

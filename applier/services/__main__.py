@@ -1,10 +1,15 @@
-"""``python -m applier.services {start,stop,status,env,jars} [--only kafka,mariadb,postgres]``
+"""``python -m applier.services {start,stop,status,env,jars} [--only kafka,mariadb,postgres,registry]``
 
 start   start what is not running yet (idempotent), wait until each answers, print the env lines
 stop    stop what start started here (pid files; SIGKILL after a timeout); idempotent
 status  what runs, with URLs; exit 0 if every requested service is up, else 1
 env     print ``export`` lines: APPLIER_KAFKA, APPLIER_MARIADB_URL, APPLIER_PG_URL, APPLIER_SPARK_JARS
+        (and APPLIER_REGISTRY_URL when the schema registry was asked for or runs)
 jars    resolve (once) and print Spark's Kafka source jars, comma-separated
+
+Without ``--only``, start/status cover Kafka, MariaDB and PostgreSQL; the schema registry (Apicurio Registry,
+Confluent-compatible API, for the Avro protocol) runs only when named: ``--only registry`` (or
+``--only kafka,registry``). ``stop`` without ``--only`` stops it too.
 
 Typical use: ``eval "$(python -m applier.services start)"``.  Progress goes to stderr, so that
 stdout carries only the export lines.
@@ -24,19 +29,26 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _env() -> None:
-    for line in services.env_lines(services.urls(), services.spark_kafka_jars()):
+def _env(registry: bool = False) -> None:
+    for line in services.env_lines(services.urls(), services.spark_kafka_jars(), registry=registry):
         print(line)
+
+
+def _registry_up() -> bool:
+    return services.status({"registry"})[0].up
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m applier.services", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["start", "stop", "status", "env", "jars"])
     parser.add_argument("--only", default=None,
-                        help="comma-separated subset of: " + ",".join(services.SERVICES))
+                        help="comma-separated subset of: " + ",".join(services.ALL_SERVICES)
+                        + " (default: " + ",".join(services.SERVICES) + "; stop: all)")
     args = parser.parse_args(argv)
     try:
         only = services.normalize_only(args.only)
+        if args.command == "stop" and args.only is None:
+            only = services.normalize_only(None, default=services.ALL_SERVICES)
         if args.command == "start":
             for name in only:
                 t0 = time.monotonic()
@@ -48,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                     _progress(f"{name}: already running at {before.url}")
                 else:
                     _progress(f"{name}: started at {services.url_for(name)} in {time.monotonic() - t0:.1f} s")
-            _env()
+            _env(registry="registry" in only)
             return 0
         if args.command == "stop":
             for name in reversed(only):
@@ -70,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"state home: {services.applier_home()}")
             return 0 if all(st.up for st in rows) else 1
         if args.command == "env":
-            _env()
+            _env(registry="registry" in only or _registry_up())
             return 0
         if args.command == "jars":
             print(",".join(services.spark_kafka_jars()))

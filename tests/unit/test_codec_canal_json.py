@@ -565,3 +565,161 @@ def mutated_json(draw):
 @given(mutated_json())
 def test_fuzz_structured_json(value):
     _only_decode_errors(value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Changefeed variants: no TiDB extension, only-updated old, content-compatible, handle-key-only deletes,
+# the pre-5.4 DELETE shape, the byte <-> character mapping of binary values
+# ---------------------------------------------------------------------------------------------------------
+
+_VCOLS = (Column("id", "int", key=True, unique=True, unsigned=True), Column("name", "varchar"),
+          Column("amount", "decimal"), Column("flag", "tinyint"), Column("blob", "varbinary", binary=True))
+_OLD = {"id": 7, "name": "old", "amount": Decimal("1.50"), "flag": 1, "blob": b"\x00\x01"}
+_NEW = {"id": 7, "name": "new", "amount": Decimal("1.50"), "flag": 1, "blob": b"\x00\x02"}
+
+
+def test_variant_without_tidb_extension():
+    upd = RowChange("s", "t", COMMIT_TS, Op.UPDATE, _OLD, _NEW, _VCOLS, POS)
+    _, value = C.encode_canal_json(upd, enable_tidb_extension=False, build_ts_ms=1)
+    m = orjson.loads(value)
+    assert "_tidb" not in m and m["es"] == COMMIT_TS >> 18  # es is still there, but only in milliseconds
+    lenient = get_decoder("canal-json", require_tidb_extension=False)
+    assert lenient.gated is False
+    (e,) = lenient.decode(msg(value))
+    assert (e.commit_ts, e.op, e.before, e.after) == (0, Op.UPDATE, _OLD, _NEW)
+    with pytest.raises(DecodeError, match="enable-tidb-extension=true"):
+        get_decoder("canal-json").decode(msg(value))
+    # DDL without the extension: commit ts 0 as well; watermarks do not exist without it
+    _, value = C.encode_canal_json(DDL("s", "t", COMMIT_TS, "TRUNCATE TABLE t", POS, 11),
+                                   enable_tidb_extension=False)
+    (d,) = lenient.decode(msg(value))
+    assert (d.commit_ts, d.ddl_type, d.query) == (0, "TRUNCATE", "TRUNCATE TABLE t")
+    with pytest.raises(ValueError, match="watermarks"):
+        C.encode_canal_json(Resolved(5, POS), enable_tidb_extension=False)
+    # a message that does carry _tidb is still read exactly by the lenient decoder
+    (e,) = lenient.decode(msg(C.encode_canal_json(upd)[1]))
+    assert e.commit_ts == COMMIT_TS
+
+
+def test_variant_only_output_updated_columns(dec):
+    upd = RowChange("s", "t", COMMIT_TS, Op.UPDATE, _OLD, _NEW, _VCOLS, POS)
+    _, value = C.encode_canal_json(upd, only_output_updated_columns=True)
+    m = orjson.loads(value)
+    assert m["old"] == [{"name": "old", "blob": "\x00\x01"}]  # only what changed
+    assert m["data"] == [{"id": "7", "name": "new", "amount": "1.50", "flag": "1", "blob": "\x00\x02"}]
+    (e,) = dec.decode(msg(value))
+    assert e.before == _OLD and e.after == _NEW  # the untouched columns come from data
+    # a no-op update: old is [{}]
+    noop = RowChange("s", "t", COMMIT_TS, Op.UPDATE, dict(_NEW), _NEW, _VCOLS, POS)
+    _, value = C.encode_canal_json(noop, only_output_updated_columns=True)
+    assert orjson.loads(value)["old"] == [{}]
+    (e,) = dec.decode(msg(value))
+    assert e.op is Op.UPDATE and e.before == e.after == _NEW
+    # default: old carries every column
+    assert list(orjson.loads(C.encode_canal_json(upd)[1])["old"][0]) == list(_OLD)
+
+
+def _ddl_column_specs(ddl: str) -> list[str]:
+    body = ddl[ddl.index("(") + 1 : ddl.rindex(")")]
+    parts, depth, cur = [], 0, []
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur.append(ch)
+    parts.append("".join(cur).strip())
+    return [p.split(None, 1)[1] for p in parts]
+
+
+def test_variant_content_compatible_mysql_types(vectors):
+    """content-compatible=true writes TiDB's full type; without the real type at hand the encoder uses MySQL's
+    default display widths, which match TiCDC's expectations for every column declared without parameters."""
+    table = json.loads((vectors / "canal-json" / "canal_mysql_type_expectations.json").read_text())
+    defaults = explicit = 0
+    for t in table["tables"]:
+        specs = _ddl_column_specs(t["ddl"])
+        for c in t["columns"]:
+            spec = specs[c["index"]].lower()
+            want = c["mysqlTypeWithLen"]
+            base, unsigned = T.split_mysql_type(want)
+            col = Column("c", base, unsigned=unsigned, binary=base in T.BINARY_TYPES)
+            type_word = spec.split()[0]
+            if "(" in type_word or "zerofill" in spec or type_word == "bool":
+                assert C.mysql_type_full(col, want) == want  # the real type passes through
+                explicit += 1
+            else:
+                assert C.mysql_type_full(col) == want, (t["ddl"], spec)
+                defaults += 1
+    assert defaults >= 30 and explicit >= 15
+
+
+def test_variant_content_compatible_round_trip(dec):
+    cols = _VCOLS + (Column("e", "enum"), Column("y", "year"), Column("b", "bit"))
+    row = dict(_NEW, e=2, y=2024, b=5)
+    upd = RowChange("s", "t", COMMIT_TS, Op.UPDATE, dict(row, name="old"), row, cols, POS)
+    _, value = C.encode_canal_json(upd, content_compatible=True,
+                                   mysql_types={"name": "varchar(32)", "e": "enum('a','b')", "b": "bit(3)"})
+    m = orjson.loads(value)
+    assert m["mysqlType"] == {"id": "int(10) unsigned", "name": "varchar(32)", "amount": "decimal(10,0)",
+                              "flag": "tinyint(4)", "blob": "varbinary(255)", "e": "enum('a','b')",
+                              "y": "year(4)", "b": "bit(3)"}
+    assert m["old"] == [{"name": "old"}]  # content-compatible implies only-output-updated-columns
+    (e,) = dec.decode(msg(value))
+    assert e.after == row and e.before == dict(row, name="old")
+    got = {c.name: c for c in e.columns}
+    assert got["id"].unsigned and got["id"].type_name == "int" and got["blob"].binary
+    assert got["e"].type_name == "enum" and got["b"].type_name == "bit"
+    # the only-updated default can be overridden
+    _, value = C.encode_canal_json(upd, content_compatible=True, only_output_updated_columns=False)
+    assert list(orjson.loads(value)["old"][0]) == list(row)
+
+
+def test_variant_delete_only_handle_key_and_pre_5_4_delete_shape(dec):
+    dele = RowChange("s", "t", COMMIT_TS, Op.DELETE, _OLD, None, _VCOLS, POS)
+    _, value = C.encode_canal_json(dele, delete_only_handle_key=True)
+    m = orjson.loads(value)
+    assert m["data"] == [{"id": "7"}] and m["sqlType"] == {"id": C.JAVA_INTEGER}
+    assert m["mysqlType"] == {"id": "int unsigned"} and m["old"] is None
+    (e,) = dec.decode(msg(value))
+    assert (e.op, e.before, e.after, e.key_columns) == (Op.DELETE, {"id": 7}, None, ("id",))
+    # TiCDC before v5.4 repeated the deleted row in "old": an ordinary delete
+    _, value = C.encode_canal_json(dele, legacy_delete_old=True)
+    m = orjson.loads(value)
+    assert m["old"] == m["data"] and m["type"] == "DELETE"
+    (e,) = dec.decode(msg(value))
+    assert (e.op, e.before, e.after) == (Op.DELETE, _OLD, None)
+    # hand-written pre-5.4 shape, old equal to data, several rows
+    legacy = _row_message({"id": "int"}, [{"id": "1"}, {"id": "2"}], etype="DELETE", old=[{"id": "1"}, {"id": "2"}],
+                          pk=("id",))
+    assert [(e.op, e.before) for e in dec.decode(jmsg(legacy))] == [(Op.DELETE, {"id": 1}), (Op.DELETE, {"id": 2})]
+    with pytest.raises(ValueError, match="no key column"):
+        C.encode_canal_json(RowChange("s", "t", 1, Op.DELETE, {"name": "x"}, None, _VCOLS[1:2], POS),
+                            delete_only_handle_key=True)
+
+
+def test_binary_values_map_one_byte_per_character(vectors, dec):
+    """TiCDC maps binary bytes to ISO-8859-1 characters (canal_entry.go formatValue); all 256 byte values,
+    and UTF-8 text stored in a binary column (the column table's "测试Binary"), come back byte for byte."""
+    every_byte = bytes(range(256))
+    cols = (Column("id", "int", key=True, unique=True), Column("b", "varbinary", binary=True),
+            Column("bl", "blob", binary=True), Column("bi", "binary", binary=True))
+    utf8 = "测试Binary".encode()
+    row = {"id": 1, "b": every_byte, "bl": utf8, "bi": b"\x00\x80\xff"}
+    _, value = C.encode_canal_json(RowChange("s", "t", COMMIT_TS, Op.INSERT, None, row, cols, POS))
+    data = orjson.loads(value)["data"][0]
+    assert data["b"] == "".join(chr(i) for i in range(256))
+    assert data["bl"] == utf8.decode("latin-1") and data["bi"] == "\x00\x80\xff"
+    (e,) = dec.decode(msg(value))
+    assert e.after == row
+    table = json.loads((vectors / "canal-json" / "canal_column_value_table.json").read_text())
+    binaries = [c for c in table["columns"] if "BinaryFlag" in c["flags"] and "blob" in c["column"].lower()
+                or c["column"] in ("binaryT", "varbinaryT")]
+    assert len(binaries) == 6
+    for c in binaries:
+        raw = _go_bytes_literal(c["goInputValue"])
+        m = _row_message({"t": "int", "v": "varbinary"}, [{"t": "1", "v": raw.decode("latin-1")}])
+        (e,) = dec.decode(jmsg(m))
+        assert e.after["v"] == raw

@@ -328,7 +328,7 @@ def test_root_must_be_a_table():
         ("source.topics", ["a b"], "source.topics[0]", "invalid Kafka topic name"),
         ("source.topics", [""], "source.topics[0]", "invalid Kafka topic name"),
         ("source.topics", ["a", "a"], "source.topics", "twice"),
-        ("source.protocol", "canal", "source.protocol", "supported: open, canal-json"),
+        ("source.protocol", "canal", "source.protocol", "supported: avro, canal-json, debezium, open, simple"),
         ("source.protocol", "canal_json", "source.protocol", "did you mean 'canal-json'"),
         ("source.protocol", "Open", "source.protocol", "did you mean 'open'"),
         ("source.starting_offsets", "beginning", "source.starting_offsets", "earliest, latest"),
@@ -362,12 +362,26 @@ def test_invalid_topic_pattern(pattern, fragment):
     assert fragment in err.message
 
 
-@pytest.mark.parametrize("protocol", ["simple", "debezium", "avro"])
-def test_planned_protocols_are_not_supported_yet(protocol):
-    err = error_for(with_("source.protocol", protocol))
-    assert err.key == "source.protocol"
-    assert "not supported yet in this version" in err.message
-    assert "open, canal-json" in err.message
+@pytest.mark.parametrize("protocol", ["open", "canal-json", "simple", "debezium", "avro"])
+def test_every_tidb_protocol_is_accepted(protocol):
+    codec = {"registry_url": "http://127.0.0.1:1"} if protocol == "avro" else {}
+    data = with_("source.protocol", protocol)
+    data["source"]["codec"] = codec
+    assert parse_config(data, env=ENV).source.protocol == protocol
+
+
+def test_codec_options_are_checked_against_the_decoder():
+    data = with_("source.protocol", "canal-json")
+    data["source"]["codec"] = {"require_tidb_extensoin": False}
+    err = error_for(data)
+    assert err.key == "source.codec" and "require_tidb_extension" in err.message
+
+
+def test_registry_password_in_codec_options_is_masked():
+    data = with_("source.protocol", "avro")
+    data["source"]["codec"] = {"registry_url": "https://reg:Hunter2x9@127.0.0.1:1"}
+    s = parse_config(data, env=ENV)
+    assert "Hunter2x9" not in repr(s) and "Hunter2x9" not in str(s.redacted())
 
 
 @pytest.mark.parametrize("key", sorted(OWNED_KAFKA_KEYS))
@@ -693,7 +707,7 @@ def test_load_config_syntax_error(tmp_path):
 
 
 def test_load_config_errors_name_the_file(tmp_path):
-    path = write(tmp_path / "c.toml", MINIMAL_TOML.replace('protocol = "open"', 'protocol = "debezium"'))
+    path = write(tmp_path / "c.toml", MINIMAL_TOML.replace('protocol = "open"', 'protocol = "debezum"'))
     with pytest.raises(ConfigError) as info:
         load_config(path, env=ENV)
     assert str(info.value).startswith(f"{path}: source.protocol: ")

@@ -173,8 +173,25 @@ def test_create_table_keys_and_index_names():
         'CREATE UNIQUE INDEX IF NOT EXISTS "t1__b" ON "replica"."t1" ("b")',
         'CREATE INDEX IF NOT EXISTS "t1__a" ON "replica"."t1" ("a")',
         'CREATE INDEX IF NOT EXISTS "t1__a_2" ON "replica"."t1" ("a", "b" DESC)',
-        'CREATE UNIQUE INDEX IF NOT EXISTS "t1__uidx" ON "replica"."t1" ("c")',
+        'CREATE INDEX IF NOT EXISTS "t1__uidx" ON "replica"."t1" ((substring("c" from 1 for 20)))',
     ]
+
+
+def test_prefix_key_parts():
+    out = stmts("CREATE TABLE t (a text, b varchar(100), c blob, d varchar(2000), e varbinary(16), "
+                "PRIMARY KEY (a(5)), UNIQUE KEY (b(10)), KEY (c(20) DESC, b), KEY (d(100)), UNIQUE KEY (e(4)))")
+    assert 'CONSTRAINT "t_pkey" PRIMARY KEY ("a")' in out[0]  # whole columns: writers need them
+    assert out[1:] == [
+        'CREATE UNIQUE INDEX IF NOT EXISTS "t__b" ON "s"."t" ("b")',  # short column: the prefix is dropped
+        'CREATE INDEX IF NOT EXISTS "t__c" ON "s"."t" ((substring("c" from 1 for 20)) DESC, "b")',
+        'CREATE INDEX IF NOT EXISTS "t__d" ON "s"."t" ((substring("d" from 1 for 100)))',
+        'CREATE UNIQUE INDEX IF NOT EXISTS "t__e" ON "s"."t" ("e")',
+    ]
+    # the column type is not known in ALTER TABLE / CREATE INDEX: always the substring
+    assert stmts("ALTER TABLE t ADD INDEX i (a(10))") == [
+        'CREATE INDEX IF NOT EXISTS "t__i" ON "s"."t" ((substring("a" from 1 for 10)))']
+    assert stmts("CREATE UNIQUE INDEX u ON t (b(3), x)") == [
+        'CREATE INDEX IF NOT EXISTS "t__u" ON "s"."t" ((substring("b" from 1 for 3)), "x")']
 
 
 def test_inline_keys_and_serial():
@@ -333,7 +350,7 @@ def test_alter_indexes_and_keys():
                  "ADD CHECK (a > 0), DROP FOREIGN KEY fk2, DROP CHECK ck, ALTER INDEX i INVISIBLE") == []
     assert pg("DROP INDEX test_add_index ON test_ddl") == TranslatedDDL(
         ['DROP INDEX IF EXISTS "s"."test_ddl__test_add_index"'], "drop_index", [("s", "test_ddl")])
-    assert pg("CREATE UNIQUE INDEX IF NOT EXISTS `Idx` USING HASH ON t (a(10) DESC, b) ALGORITHM=INPLACE") == \
+    assert pg("CREATE UNIQUE INDEX IF NOT EXISTS `Idx` USING HASH ON t (a DESC, b) ALGORITHM=INPLACE") == \
         TranslatedDDL(['CREATE UNIQUE INDEX IF NOT EXISTS "t__idx" ON "s"."t" ("a" DESC, "b")'], "create_index",
                       [("s", "t")])
 

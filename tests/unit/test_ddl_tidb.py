@@ -187,3 +187,41 @@ def test_not_tidb_only(query):
                                    "FLASHBACK CLUSTER TO TIMESTAMP '2024-01-01 00:00:00'"])
 def test_data_restoring_statements(query):
     assert "cannot reproduce" in restores_data_statement(sig(query))
+
+
+# --------------------------------------------------------------------------------------------- properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from applier.ddl import UnsupportedDDL, translate  # noqa: E402
+
+_FRAGMENTS = st.sampled_from([
+    "CREATE", "ALTER", "DROP", "TABLE", "INDEX", "ADD", "COLUMN", "MODIFY", "CHANGE", "RENAME", "TO", "ON", "KEY",
+    "PRIMARY", "UNIQUE", "DEFAULT", "NOT", "NULL", "IF", "EXISTS", "LIKE", "VIEW", "AS", "SELECT", "FROM", "DATABASE",
+    "TRUNCATE", "PARTITION", "AUTO_RANDOM", "CLUSTERED", "TTL", "=", "(", ")", ",", ".", ";", "+", "-", "t", "`a b`",
+    "'x''y'", '"q"', "x'41'", "b'01'", "0x1F", "12", "3.5", "int", "varchar(10)", "bigint unsigned", "text",
+    "enum('a','b')", "datetime(6)", "CURRENT_TIMESTAMP", "/*T![clustered_index] CLUSTERED */", "/*!40101 X */",
+    "-- c\n", "#c\n", "/* c */", "INTERVAL", "1 DAY", "SET", "TIFLASH", "REPLICA", "USING", "BTREE", "表", "\n",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_tokenize_round_trips_any_text(text):
+    try:
+        toks = tokenize(text)
+    except LexError:
+        return
+    assert "".join(t.text for t in toks) == text
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=25), st.sampled_from(["mysql", "mariadb", "postgresql"]))
+def test_translate_fails_only_with_unsupported_ddl(parts, dialect):
+    query = " ".join(parts)
+    try:
+        out = translate(dialect, query, schema="s", table="t", route=lambda s, t: (s, t))
+    except UnsupportedDDL:
+        return
+    assert all(isinstance(s, str) and s for s in out.statements)

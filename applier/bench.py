@@ -1,0 +1,1084 @@
+"""``python -m applier.bench``: end-to-end throughput of the applier on the local services, with its own yardsticks.
+
+One run does, in this order:
+
+1. **Generate and produce** a TiCDC changefeed (``applier.workload.generate_bench``: N mixed-type tables, hot
+   keys, inserts/updates/deletes/PK changes, transactions of varying size plus one of ``--big-txn-rows`` rows,
+   resolved ts every second of upstream time, TiCDC-restart replays) straight from a generator into a new Kafka
+   topic. The driver never holds the workload: the expected final state is a per-table checksum.
+2. **Raw Kafka read**: a confluent-kafka consumer reads the same topic from the beginning to the end offsets
+   (bytes and messages counted): the rate at which the messages can physically be read on this machine.
+3. **The applier**: ``applier.pipeline.run(settings, until_caught_up=True)`` in this process, ``[spark] master =
+   local[--cores]``, with light instrumentation (wrappers around the foreachBatch function, the batch processor,
+   ``plan_batch``, the sink's ``write``, the progress save and the DBAPI commit) to split the wall time by stage.
+4. **Verify**: the checksum of every target table (rows streamed from the target, digested like the generator
+   does) must equal the generator's, and the applied resolved ts must be the stream's last one; exit 1 if not.
+5. **Raw bulk load** into the same target, same row shape, same number of row changes, into a fresh table:
+   PostgreSQL ``COPY ... FROM STDIN`` (psycopg ``write_row``), MariaDB/MySQL ``LOAD DATA LOCAL INFILE`` of a TSV
+   file (formatting the file is timed and counted, like psycopg's formatting is for COPY).
+6. **Report**: events, wall time, events/s, rows written/s, the ratios to both yardsticks measured in this run,
+   peak RSS of the driver and of its child processes (the Spark JVM), and the per-stage split.
+
+Nothing here changes how the applier works; it only observes it. ``--profile FILE`` additionally runs cProfile in
+the thread that runs each micro-batch and prints the top functions by cumulative time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import re
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import datetime as dt
+
+PROTOCOLS = ("open", "canal-json")
+TARGETS = ("mariadb", "postgres")
+DEFAULT_MIX = (0.5, 0.35, 0.15)
+BULK_CHUNK_ROWS = 50_000
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Arguments and pure helpers
+# ---------------------------------------------------------------------------------------------------------
+
+def _count(text: str) -> int:
+    """An event count: 2000000, 2_000_000, 2M, 500k."""
+    s = text.strip().lower().replace("_", "")
+    mult = 1
+    if s.endswith("k"):
+        mult, s = 1_000, s[:-1]
+    elif s.endswith("m"):
+        mult, s = 1_000_000, s[:-1]
+    try:
+        value = float(s) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 2000000, 2_000_000, 2M, 500k)") from None
+    if value < 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
+    return int(value)
+
+
+def parse_mix(text: str) -> tuple[float, float, float]:
+    """``insert=50,update=35,delete=15`` or ``50,35,15`` -> normalised weights (insert, update, delete)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    names = ("insert", "update", "delete")
+    values: dict[str, float] = {}
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"--mix needs three weights (insert, update, delete), got {text!r}")
+    for i, p in enumerate(parts):
+        if "=" in p:
+            k, v = (x.strip() for x in p.split("=", 1))
+            if k not in names:
+                raise argparse.ArgumentTypeError(f"--mix: unknown operation {k!r} (insert, update, delete)")
+        else:
+            k, v = names[i], p
+        try:
+            values[k] = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--mix: {v!r} is not a number") from None
+    if set(values) != set(names) or min(values.values()) < 0 or sum(values.values()) <= 0:
+        raise argparse.ArgumentTypeError(f"--mix needs non-negative insert, update and delete weights, got {text!r}")
+    total = sum(values.values())
+    return tuple(values[n] / total for n in names)  # type: ignore[return-value]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m applier.bench",
+        description="Generate a TiCDC changefeed into the local Kafka, apply it with the applier until caught up, "
+                    "verify the target and compare the throughput with the raw bulk-load and Kafka read rates "
+                    "measured in the same run.")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="canal-json")
+    p.add_argument("--target", choices=TARGETS, default="postgres")
+    p.add_argument("--events", type=_count, default=200_000,
+                   help="distinct upstream row changes (replayed duplicates come on top); 2M, 500k, ...")
+    p.add_argument("--tables", type=int, default=8)
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--cores", type=int, default=2, help="Spark master local[N]")
+    p.add_argument("--big-txn-rows", type=_count, default=100_000,
+                   help="rows of the one very large upstream transaction (0: none)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-offsets-per-trigger", type=_count, default=200_000)
+    p.add_argument("--mix", type=parse_mix, default=DEFAULT_MIX, help="insert,update,delete weights (50,35,15)")
+    p.add_argument("--hot-keys", type=int, default=64, help="hot keys per table (updates go there half of the time)")
+    p.add_argument("--dup-fraction", type=float, default=0.005, help="row changes sent twice by TiCDC restarts")
+    p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
+    p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra SparkSession setting")
+    p.add_argument("--profile", metavar="FILE", help="cProfile every micro-batch into FILE (pstats) and print the top")
+    p.add_argument("--keep", action="store_true", help="keep the topic and the target schema")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.events < 1:
+        p.error("--events must be >= 1")
+    if a.big_txn_rows > a.events:
+        p.error(f"--big-txn-rows ({a.big_txn_rows}) cannot exceed --events ({a.events})")
+    for name in ("tables", "partitions", "cores", "batch_rows", "buffer_mb", "max_offsets_per_trigger"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if not 0 <= a.dup_fraction < 1:
+        p.error("--dup-fraction must be in [0, 1)")
+    conf = {}
+    for item in a.spark_conf:
+        if "=" not in item:
+            p.error(f"--spark-conf takes KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        conf[k.strip()] = v.strip()
+    a.spark_conf = conf
+    return a
+
+
+def rate(n: float, seconds: float) -> float | None:
+    return n / seconds if seconds > 0 else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or not b:
+        return None
+    return a / b
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def _num(v: float | None, fmt: str = ",.0f") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
+
+
+def tsv_value(v: Any) -> str:
+    """A value as LOAD DATA's default text format reads it (FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\').
+    Bytes are written as hex (loaded with ``SET col = UNHEX(@var)``), so the file stays valid UTF-8."""
+    if v is None:
+        return "\\N"
+    if isinstance(v, str):
+        return v.translate(_TSV_ESCAPES)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, dt.datetime):
+        return v.isoformat(sep=" ", timespec="microseconds")
+    if isinstance(v, (dt.date, int, Decimal)):
+        return str(v)
+    raise TypeError(f"no TSV form for {type(v).__name__}")
+
+
+def tsv_line(values: Iterable[Any]) -> str:
+    return "\t".join(tsv_value(v) for v in values) + "\n"
+
+
+def descendants(ppids: Mapping[int, int], root: int) -> set[int]:
+    """Every process below ``root`` in a pid -> parent pid map."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, ppid in ppids.items():
+        children[ppid].append(pid)
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def safe_name(text: str) -> str:
+    """A lower-case identifier from free text (topic and schema names)."""
+    return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Memory: the driver (this process) and its children (the Spark JVM, any Python workers)
+# ---------------------------------------------------------------------------------------------------------
+
+def _read_status(pid: int | str) -> dict[str, str]:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                k, _, v = line.partition(":")
+                out[k] = v.strip()
+    except OSError:
+        pass
+    return out
+
+
+def _kb(field_value: str | None) -> int:
+    if not field_value:
+        return 0
+    return int(field_value.split()[0])
+
+
+def _ppids() -> dict[int, int]:
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    s = fh.read()
+                out[int(d)] = int(s[s.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _cpu_ticks(pid: int | str) -> int:
+    """utime + stime of a process, in clock ticks."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            s = fh.read()
+        f = s[s.rindex(")") + 2:].split()
+        return int(f[11]) + int(f[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def system_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = f[3] + (f[4] if len(f) > 4 else 0)
+    return sum(f) - idle, sum(f)
+
+
+def service_cpu_ticks() -> dict[str, int]:
+    """CPU ticks used so far by each local service's process tree (Kafka, MariaDB, PostgreSQL + backends).
+    Backends that exit in between lose their ticks, so a difference of two readings is a lower bound."""
+    out: dict[str, int] = {}
+    try:
+        from applier import services
+        sts = services.status()
+    except Exception:
+        return out
+    ppids = _ppids()
+    for st in sts:
+        pid = getattr(st, "pid", None)
+        if pid and getattr(st, "state", "") == "running":
+            out[st.name] = sum(_cpu_ticks(p) for p in {pid} | descendants(ppids, pid))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (VmHWM, and with it ru_maxrss) so it measures what follows."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class ProcSampler(threading.Thread):
+    """Samples the peak RSS (VmHWM) of this process's descendants that were not there at the start."""
+
+    def __init__(self, interval: float = 0.5, exclude: Iterable[int] = ()) -> None:
+        super().__init__(daemon=True, name="bench-rss-sampler")
+        self.interval = interval
+        self.exclude = set(exclude)
+        self.peaks: dict[int, int] = {}  # pid -> peak KiB
+        self.kinds: dict[int, str] = {}
+        self.cpu_first: dict[int, int] = {}
+        self.cpu_last: dict[int, int] = {}
+        self.driver_peak_kb = 0
+        self._halt = threading.Event()
+
+    def sample(self) -> None:
+        me = os.getpid()
+        self.driver_peak_kb = max(self.driver_peak_kb, _kb(_read_status(me).get("VmRSS")))
+        for pid in descendants(_ppids(), me) - self.exclude:
+            st = _read_status(pid)
+            peak = max(_kb(st.get("VmHWM")), _kb(st.get("VmRSS")))
+            ticks = _cpu_ticks(pid)
+            self.cpu_first.setdefault(pid, ticks)
+            if ticks:
+                self.cpu_last[pid] = ticks
+            if peak:
+                self.peaks[pid] = max(self.peaks.get(pid, 0), peak)
+                if pid not in self.kinds:
+                    cmd = _cmdline(pid)
+                    self.kinds[pid] = ("jvm" if "java" in cmd.split(" ")[0] else
+                                       "python-worker" if "pyspark" in cmd else st.get("Name", "other"))
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.sample()
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+        self.sample()
+
+    def summary(self) -> dict[str, Any]:
+        by_kind: dict[str, int] = defaultdict(int)
+        for pid, kb in self.peaks.items():
+            by_kind[self.kinds.get(pid, "other")] = max(by_kind[self.kinds.get(pid, "other")], kb)
+        hz = os.sysconf("SC_CLK_TCK")
+        cpu: dict[str, float] = defaultdict(float)
+        for pid, last in self.cpu_last.items():
+            cpu[self.kinds.get(pid, "other")] += (last - self.cpu_first.get(pid, last)) / hz
+        return {"processes": len(self.peaks), "peak_kib_by_kind": dict(by_kind),
+                "sum_of_peaks_kib": sum(self.peaks.values()), "cpu_seconds_by_kind": dict(cpu)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stage timing: wrappers installed around the pipeline for the length of one run
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass
+class StageClock:
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    rows_upserted: int = 0
+    rows_deleted: int = 0
+    batches: int = 0
+    first_batch_at: float | None = None
+    last_batch_end: float | None = None
+    processor: Any = None
+    _local: threading.local = field(default_factory=threading.local)
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.seconds[stage] += seconds
+        self.calls[stage] += 1
+
+    def timed(self, stage: str, fn):
+        clock = self
+
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock.add(stage, time.perf_counter() - t)
+        return wrapper
+
+
+@contextmanager
+def instrumented(clock: StageClock, profiler: cProfile.Profile | None = None) -> Iterator[StageClock]:
+    """Install the timing wrappers (and the profiler) around one ``pipeline.run``; remove them afterwards."""
+    import applier.apply as apply_mod
+    import applier.pipeline as pipeline_mod
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    orig_processor = pipeline_mod.BatchProcessor
+    orig_foreach = DataStreamWriter.foreachBatch
+    orig_plan = getattr(apply_mod, "plan_batch", None)
+
+    class TimedProcessor(orig_processor):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            clock.processor = self
+            _wrap_applier(self, clock)
+
+        def process(self, messages):
+            clock._local.in_process = True
+            t = time.perf_counter()
+            try:
+                return super().process(messages)
+            finally:
+                clock.add("process", time.perf_counter() - t)
+                clock._local.in_process = False
+
+    def foreach_batch(self, func):
+        def timed_batch(df, batch_id):
+            t = time.perf_counter()
+            if clock.first_batch_at is None:
+                clock.first_batch_at = t
+            if profiler is not None:
+                profiler.enable()
+            try:
+                return func(df, batch_id)
+            finally:
+                if profiler is not None:
+                    profiler.disable()
+                clock.last_batch_end = time.perf_counter()
+                clock.add("on_batch", clock.last_batch_end - t)
+                clock.batches += 1
+        return orig_foreach(self, timed_batch)
+
+    pipeline_mod.BatchProcessor = TimedProcessor
+    DataStreamWriter.foreachBatch = foreach_batch
+    if orig_plan is not None:
+        apply_mod.plan_batch = clock.timed("plan", orig_plan)
+    try:
+        yield clock
+    finally:
+        pipeline_mod.BatchProcessor = orig_processor
+        DataStreamWriter.foreachBatch = orig_foreach
+        if orig_plan is not None:
+            apply_mod.plan_batch = orig_plan
+
+
+def _wrap_applier(processor: Any, clock: StageClock) -> None:
+    ap = getattr(processor, "applier", None)
+    if ap is None:
+        return
+    sink = getattr(ap, "sink", None)
+    if sink is not None:
+        orig_write = sink.write
+
+        def write(conn, plan, *a, **kw):
+            t = time.perf_counter()
+            try:
+                return orig_write(conn, plan, *a, **kw)
+            finally:
+                clock.add("write", time.perf_counter() - t)
+                clock.rows_upserted += len(getattr(plan, "upserts", ()))
+                clock.rows_deleted += len(getattr(plan, "deletes", ()))
+        sink.write = write
+        if hasattr(sink, "_copy"):  # PostgreSQL: the COPY into the staging table, inside write
+            sink._copy = clock.timed("write.copy", sink._copy)
+    store = getattr(ap, "store", None)
+    if store is not None and hasattr(store, "save"):
+        store.save = clock.timed("progress", store.save)
+    engine = getattr(ap, "engine", None)
+    if engine is not None:
+        dialect = engine.dialect
+        orig_commit = dialect.do_commit
+
+        def do_commit(dbapi_conn):
+            if not getattr(clock._local, "in_process", False):
+                return orig_commit(dbapi_conn)
+            t = time.perf_counter()
+            try:
+                return orig_commit(dbapi_conn)
+            finally:
+                clock.add("commit", time.perf_counter() - t)
+        dialect.do_commit = do_commit
+
+
+def stage_split(wall: float, clock: StageClock, processor_seconds: Mapping[str, float]) -> list[dict[str, Any]]:
+    """The wall time of ``run()`` cut into stages; every figure is a measured difference of timers."""
+    s = clock.seconds
+    on_batch, process = s.get("on_batch", 0.0), s.get("process", 0.0)
+    decode, gate, apply = (processor_seconds.get(k, 0.0) for k in ("decode", "gate", "apply"))
+    plan, write, progress, commit = (s.get(k, 0.0) for k in ("plan", "write", "progress", "commit"))
+    rows = [
+        ("spark query overhead", wall - on_batch,
+         "run() outside foreachBatch: migrations, progress load, partition listing, query start/stop, "
+         "micro-batch planning between batches"),
+        ("read", on_batch - process,
+         "inside foreachBatch before the processor: Spark Kafka source fetch + collect() to the driver + "
+         "Row -> KafkaMessage (not separable without editing pipeline.py)"),
+        ("decode", decode, "codec decode + routing (processor)"),
+        ("gate/order", gate, "gate.add: per-batch sort of held events, spill to disk when over budget"),
+        ("apply: release+other", apply - plan - write - progress - commit,
+         "gate.release merge (incl. reading spilled runs), chunking, reflection, DDL, transaction begin"),
+        ("apply: plan", plan, "plan_batch: collapse to the last version per key, delete/upsert split"),
+        ("apply: write", write, "sink.write: upsert/delete statements (PostgreSQL: COPY to staging + merge)"),
+        ("apply: progress", progress, "progress rows written in the same transaction"),
+        ("apply: commit", commit, "DBAPI commit of data + progress"),
+        ("processor other", process - decode - gate - apply, "processor bookkeeping outside its three timers"),
+    ]
+    out = []
+    for name, secs, what in rows:
+        out.append({"stage": name, "seconds": round(secs, 3), "share": round(secs / wall, 4) if wall else None,
+                    "what": what})
+    if "write.copy" in s:
+        out.append({"stage": "  of which COPY to staging", "seconds": round(s["write.copy"], 3),
+                    "share": round(s["write.copy"] / wall, 4) if wall else None,
+                    "what": "psycopg COPY write_row into the temp table (inside apply: write)"})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kafka: produce from the generator, and the raw read rate
+# ---------------------------------------------------------------------------------------------------------
+
+def produce_stream(bootstrap: str, topic: str, messages: Iterable[tuple[int, bytes | None, bytes]], *,
+                   partitions: int, log=None) -> tuple[int, int]:
+    """Create ``topic`` and write the messages with their partitions; a bounded producer queue keeps the
+    driver's memory flat whatever the workload size. Returns (messages, bytes)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
+                     "compression.type": "lz4", "message.max.bytes": 10_000_000,
+                     "queue.buffering.max.kbytes": 65536, "batch.size": 1_000_000})
+    n = nbytes = 0
+    t0 = last = time.monotonic()
+    for part, key, value in messages:
+        while True:
+            try:
+                prod.produce(topic, value=value, key=key, partition=part)
+                break
+            except BufferError:
+                prod.poll(0.05)
+        n += 1
+        nbytes += len(value) + (len(key) if key else 0)
+        if n % 5000 == 0:
+            prod.poll(0)
+            if log and time.monotonic() - last > 10:
+                last = time.monotonic()
+                log(f"  produced {n:,} messages ({human_bytes(nbytes)}) in {last - t0:.0f} s")
+    left = prod.flush(120)
+    if left:
+        raise RuntimeError(f"{left} message(s) to {topic} were not acknowledged by {bootstrap}")
+    return n, nbytes
+
+
+def kafka_read_rate(bootstrap: str, topic: str, partitions: int) -> dict[str, Any]:
+    """Read every message of ``topic`` from the beginning to the end offsets with one consumer, count them."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"applier-bench-raw-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "queued.max.messages.kbytes": 65536, "fetch.max.bytes": 52428800})
+    try:
+        total = 0
+        for p in range(partitions):
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            total += hi - lo
+        t0 = time.perf_counter()
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        n = nbytes = 0
+        idle_since = time.monotonic()
+        while n < total:
+            batch = c.consume(num_messages=10_000, timeout=1.0)
+            if not batch:
+                if time.monotonic() - idle_since > 60:
+                    raise RuntimeError(f"raw Kafka read stalled at {n} of {total} messages")
+                continue
+            idle_since = time.monotonic()
+            for m in batch:
+                if m.error():
+                    raise RuntimeError(f"raw Kafka read: {m.error()}")
+                n += 1
+                v, k = m.value(), m.key()
+                nbytes += (len(v) if v else 0) + (len(k) if k else 0)
+        secs = time.perf_counter() - t0
+    finally:
+        c.close()
+    return {"messages": n, "bytes": nbytes, "seconds": round(secs, 3), "messages_per_s": rate(n, secs),
+            "bytes_per_s": rate(nbytes, secs)}
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+    try:
+        AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])[topic].result(60)
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Target: checksum of the replica, raw bulk load
+# ---------------------------------------------------------------------------------------------------------
+
+def target_checksums(engine, schema: str, tables: Iterable[str]) -> dict[str, Any]:
+    """Per table, the checksum of its rows, streamed from the target (server-side cursor)."""
+    from sqlalchemy import select
+
+    from applier.sinks import sink_for
+    from applier.workload import TableChecksum
+
+    sink = sink_for(engine)
+    out = {}
+    for t in tables:
+        cs = TableChecksum()
+        with engine.connect() as conn:
+            meta = sink.reflect(conn, schema, t)
+            result = conn.execution_options(stream_results=True, yield_per=20_000).execute(select(meta.table))
+            for row in result.mappings():
+                cs.add(row)
+        out[t] = cs
+    return out
+
+
+def applied_resolved_ts(engine, pipeline: str) -> int | None:
+    try:
+        from sqlalchemy import select
+
+        from applier import progress as P
+        with engine.connect() as conn:
+            return conn.execute(select(P.pipelines.c.applied_ts).where(P.pipelines.c.pipeline == pipeline)).scalar()
+    except Exception:
+        return None
+
+
+def _bulk_rows(n: int, seed: int) -> Iterator[list[tuple[Any, ...]]]:
+    from applier.workload import BENCH_COLUMN_NAMES, bench_row
+    for lo in range(0, n, BULK_CHUNK_ROWS):
+        yield [tuple(bench_row(0, k, 1, seed)[c] for c in BENCH_COLUMN_NAMES)
+               for k in range(lo, min(n, lo + BULK_CHUNK_ROWS))]
+
+
+def bulk_load_postgres(engine, schema: str, like: str, n: int, seed: int) -> dict[str, Any]:
+    """COPY n rows of the bench shape into a fresh table (same columns and primary key) in one transaction.
+    Generating the Python rows is not timed; psycopg's formatting (write_row) and the server's load are."""
+    from applier.workload import BENCH_COLUMN_NAMES
+
+    prep = engine.dialect.identifier_preparer
+    table = f"{prep.quote_schema(schema)}.{prep.quote('bench_bulk_load')}"
+    cols = ", ".join(prep.quote(c) for c in BENCH_COLUMN_NAMES)
+    raw = engine.raw_connection()
+    try:
+        pg = raw.driver_connection
+        with pg.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {table}")
+            cur.execute(f"CREATE TABLE {table} (LIKE {prep.quote_schema(schema)}.{prep.quote(like)} INCLUDING ALL)")
+        pg.commit()
+        timed = 0.0
+        with pg.cursor() as cur:
+            copy = cur.copy(f"COPY {table} ({cols}) FROM STDIN")
+            t = time.perf_counter()
+            cp = copy.__enter__()
+            timed += time.perf_counter() - t
+            try:
+                for chunk in _bulk_rows(n, seed):
+                    t = time.perf_counter()
+                    for r in chunk:
+                        cp.write_row(r)
+                    timed += time.perf_counter() - t
+            except BaseException as exc:
+                copy.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            t = time.perf_counter()
+            copy.__exit__(None, None, None)
+            pg.commit()
+            timed += time.perf_counter() - t
+        with pg.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {table}")
+            loaded = cur.fetchone()[0]
+            cur.execute(f"DROP TABLE {table}")
+        pg.commit()
+    finally:
+        raw.close()
+    return {"method": "COPY FROM STDIN (psycopg write_row) into a fresh table with the same primary key",
+            "rows": loaded, "seconds": round(timed, 3), "rows_per_s": rate(loaded, timed)}
+
+
+def bulk_load_mysql(url, schema: str, like: str, n: int, seed: int) -> dict[str, Any]:
+    """LOAD DATA LOCAL INFILE of n rows of the bench shape into a fresh table, in files of BULK_CHUNK_ROWS rows,
+    one transaction. Writing the TSV files from Python values is timed separately and counted in the rate."""
+    from sqlalchemy import create_engine
+
+    from applier.workload import BENCH_COLUMN_NAMES, BENCH_KINDS
+
+    eng = create_engine(url, connect_args={"local_infile": True})
+    prep = eng.dialect.identifier_preparer
+    table = f"{prep.quote_identifier(schema)}.{prep.quote_identifier('bench_bulk_load')}"
+    targets = [f"@{c}" if BENCH_KINDS[c] == "bytes" else prep.quote_identifier(c) for c in BENCH_COLUMN_NAMES]
+    sets = [f"{prep.quote_identifier(c)} = UNHEX(@{c})" for c in BENCH_COLUMN_NAMES if BENCH_KINDS[c] == "bytes"]
+    stmt = (f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 "
+            "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' "
+            f"({', '.join(targets)})" + (f" SET {', '.join(sets)}" if sets else ""))
+    tmpdir = Path(tempfile.mkdtemp(prefix="applier-bench-load-"))
+    raw = eng.raw_connection()
+    fmt = load = 0.0
+    try:
+        cur = raw.cursor()
+        cur.execute(f"DROP TABLE IF EXISTS {table}")
+        cur.execute(f"CREATE TABLE {table} LIKE {prep.quote_identifier(schema)}.{prep.quote_identifier(like)}")
+        raw.commit()
+        path = tmpdir / "chunk.tsv"
+        for chunk in _bulk_rows(n, seed):
+            t = time.perf_counter()
+            with open(path, "w", encoding="utf-8", newline="\n") as fh:
+                fh.writelines(tsv_line(r) for r in chunk)
+            t2 = time.perf_counter()
+            cur.execute(stmt, (str(path),))
+            load += time.perf_counter() - t2
+            fmt += t2 - t
+        t = time.perf_counter()
+        raw.commit()
+        load += time.perf_counter() - t
+        cur.execute(f"SELECT COUNT(*) FROM {table}")
+        loaded = cur.fetchone()[0]
+        cur.execute(f"DROP TABLE {table}")
+        raw.commit()
+    finally:
+        raw.close()
+        eng.dispose()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    total = fmt + load
+    return {"method": "LOAD DATA LOCAL INFILE (TSV written from Python values) into a fresh table with the same "
+                      "primary key", "rows": loaded, "seconds": round(total, 3), "rows_per_s": rate(loaded, total),
+            "format_seconds": round(fmt, 3), "load_seconds": round(load, 3),
+            "load_only_rows_per_s": rate(loaded, load)}
+
+
+def drop_schema(engine, schema: str) -> None:
+    prep = engine.dialect.identifier_preparer
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {prep.quote_schema(schema)} CASCADE")
+        else:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {prep.quote_identifier(schema)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
+
+def versions(urls, target: str) -> dict[str, str]:
+    import pyspark
+    from sqlalchemy import create_engine, text
+    out = {"python": platform.python_version(), "pyspark": pyspark.__version__}
+    try:
+        import sqlalchemy
+        out["sqlalchemy"] = sqlalchemy.__version__
+    except Exception:  # pragma: no cover
+        pass
+    try:
+        from applier.services import jars
+        out["kafka"] = jars.KAFKA_VERSION
+        out["spark-sql-kafka"] = jars.spark_version()
+    except Exception:
+        pass
+    url = urls.mariadb_url if target == "mariadb" else urls.pg_url
+    try:
+        eng = create_engine(url)
+        with eng.connect() as c:
+            out[target] = str(c.execute(text("SELECT version()")).scalar()).split(" on ")[0]
+        eng.dispose()
+    except Exception:
+        pass
+    return out
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "memory": human_bytes(mem), "kernel": platform.release()}
+
+
+def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
+    from applier import services
+    from applier.config import parse_config
+    from applier.pipeline import make_engine, run, spark_session
+    from applier.workload import generate_bench
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    urls = services.start({"kafka", a.target})
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    run_id = safe_name(f"{a.protocol}_{a.target}_{a.events}_{stamp}_{uuid.uuid4().hex[:4]}")
+    topic = f"bench-{run_id}"
+    schema = f"bench_{run_id}"
+    url = urls.mariadb_url if a.target == "mariadb" else urls.pg_url
+    result: dict[str, Any] = {
+        "params": {k: v for k, v in vars(a).items() if k not in ("json",)},
+        "topic": topic, "schema": schema, "machine": machine(), "versions": versions(urls, a.target),
+    }
+
+    # 1. generate + produce (streamed)
+    wl = generate_bench(a.protocol, tables=a.tables, partitions=a.partitions, events=a.events,
+                        big_txn_rows=a.big_txn_rows, seed=a.seed, mix=a.mix, hot_keys=a.hot_keys,
+                        dup_fraction=a.dup_fraction)
+    log(f"generating {a.events:,} row changes ({a.protocol}, {a.tables} tables, {a.partitions} partitions, "
+        f"big transaction {a.big_txn_rows:,} rows) into topic {topic}")
+    t = time.perf_counter()
+    n_msgs, n_bytes = produce_stream(urls.kafka, topic, wl.messages(), partitions=a.partitions, log=log)
+    gen_secs = time.perf_counter() - t
+    st = wl.stats
+    result["workload"] = {**vars(st), "generate_and_produce_seconds": round(gen_secs, 1),
+                          "expected": {t: str(cs) for t, cs in wl.expected.items()}, "final_ts": wl.final_ts}
+    log(f"  {n_msgs:,} messages, {human_bytes(n_bytes)}, {st.row_events:,} row changes + "
+        f"{st.duplicate_row_events:,} replayed, in {gen_secs:.0f} s")
+
+    # 2. raw Kafka read
+    log("raw Kafka read (confluent-kafka, all partitions from the beginning)")
+    result["kafka_raw"] = kafka_read_rate(urls.kafka, topic, a.partitions)
+    log(f"  {result['kafka_raw']['messages_per_s']:,.0f} msg/s, "
+        f"{human_bytes(result['kafka_raw']['bytes_per_s'])}/s")
+
+    # 3. the applier
+    ckpt = Path(tempfile.gettempdir()) / "applier-bench" / run_id
+    cfg = {
+        "pipeline": {"name": f"bench-{run_id}", "checkpoint_dir": str(ckpt),
+                     "max_offsets_per_trigger": a.max_offsets_per_trigger, "buffer_memory_mb": a.buffer_mb},
+        "source": {"bootstrap_servers": urls.kafka, "topics": [topic], "protocol": a.protocol},
+        "target": {"url": url, "batch_rows": a.batch_rows},
+        "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
+        "route": [{"match": f"{wl.schema}.*", "schema": schema}],
+    }
+    settings = parse_config(cfg, source="<bench>")
+    before = descendants(_ppids(), os.getpid())
+    t = time.perf_counter()
+    spark = spark_session(settings)
+    result["spark_startup_seconds"] = round(time.perf_counter() - t, 2)
+    sampler = ProcSampler(exclude=before)
+    sampler.start()
+    reset_ok = reset_peak_rss()
+    profiler = cProfile.Profile() if a.profile else None
+    clock = StageClock()
+    log(f"applier: run(until_caught_up=True), master local[{a.cores}], max_offsets_per_trigger "
+        f"{a.max_offsets_per_trigger:,}, target {a.target}")
+    engine = make_engine(settings)
+    try:
+        ru0, sys0, load0 = resource.getrusage(resource.RUSAGE_SELF), system_cpu_ticks(), os.getloadavg()[0]
+        svc0 = service_cpu_ticks()
+        t = time.perf_counter()
+        with instrumented(clock, profiler):
+            res = run(settings, until_caught_up=True, spark=spark, progress=False)
+        wall = time.perf_counter() - t
+        ru1, sys1 = resource.getrusage(resource.RUSAGE_SELF), system_cpu_ticks()
+        svc1 = service_cpu_ticks()
+        driver_peak_run_kb = ru1.ru_maxrss
+        sampler.stop()
+        rep = res.report
+        applied = rep.applied
+        log(f"  caught up in {wall:.1f} s: {rep.messages:,} messages, {applied.rows:,} row changes applied in "
+            f"{res.batches} micro-batches")
+
+        # 4. verify
+        t = time.perf_counter()
+        got = target_checksums(engine, schema, wl.table_names)
+        bad = {tn: (str(wl.expected[tn]), str(got[tn])) for tn in wl.table_names
+               if (got[tn].rows, got[tn].digest_sum) != (wl.expected[tn].rows, wl.expected[tn].digest_sum)}
+        applied_ts = applied_resolved_ts(engine, settings.pipeline.name)
+        if applied_ts is not None and applied_ts != wl.final_ts:
+            bad["applied resolved ts"] = (str(wl.final_ts), str(applied_ts))
+        result["verify"] = {"ok": not bad, "differences": bad, "seconds": round(time.perf_counter() - t, 1),
+                            "tables": len(wl.table_names),
+                            "rows": sum(cs.rows for cs in got.values()), "applied_ts": applied_ts}
+        log("  verify: " + ("target equals the expected state (per-table checksums)" if not bad else
+                            f"MISMATCH {bad}"))
+
+        # 5. raw bulk load
+        log(f"raw bulk load of {st.row_events:,} rows into {a.target}")
+        if a.target == "postgres":
+            bulk = bulk_load_postgres(engine, schema, wl.table_names[0], st.row_events, a.seed)
+        else:
+            bulk = bulk_load_mysql(settings.target_url(), schema, wl.table_names[0], st.row_events, a.seed)
+        result["bulk_load"] = bulk
+        log(f"  {bulk['rows_per_s']:,.0f} rows/s")
+    finally:
+        if sampler.is_alive():
+            sampler.stop()
+        spark.stop()
+        if not a.keep:
+            try:
+                drop_schema(engine, schema)
+            except Exception as exc:  # pragma: no cover - best effort
+                log(f"could not drop {schema}: {exc}")
+            delete_topic(urls.kafka, topic)
+            shutil.rmtree(ckpt, ignore_errors=True)
+        engine.dispose()
+
+    # 6. figures
+    row_events = st.row_events
+    written = clock.rows_upserted + clock.rows_deleted
+    e2e_events_s = rate(row_events, wall)
+    e2e_msgs_s = rate(rep.messages, wall)
+    result["applier"] = {
+        "wall_seconds": round(wall, 2),
+        "batches": res.batches,
+        "messages": rep.messages,
+        "decoded_events": rep.events,
+        "row_changes_applied": applied.rows,
+        "rows_written": written,
+        "rows_upserted": clock.rows_upserted,
+        "rows_deleted": clock.rows_deleted,
+        "ddls": applied.ddls,
+        "transactions": applied.transactions,
+        "events_per_s": e2e_events_s,
+        "row_changes_applied_per_s": rate(applied.rows, wall),
+        "rows_written_per_s": rate(written, wall),
+        "messages_per_s": e2e_msgs_s,
+        "bytes_per_s": rate(st.bytes, wall),
+        "time_to_first_batch_seconds": round(clock.first_batch_at - t, 2) if clock.first_batch_at else None,
+        "gate": dict(getattr(clock.processor.gate, "stats", {})) if clock.processor is not None else {},
+    }
+    result["ratios"] = {
+        "events_per_s_to_bulk_load_rows_per_s": ratio(e2e_events_s, bulk.get("rows_per_s")),
+        "events_per_s_to_bulk_load_only_rows_per_s": ratio(e2e_events_s, bulk.get("load_only_rows_per_s")),
+        "messages_per_s_to_kafka_raw_messages_per_s": ratio(e2e_msgs_s, result["kafka_raw"]["messages_per_s"]),
+    }
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    result["memory"] = {
+        "driver_peak_rss_during_run": driver_peak_run_kb * 1024 if reset_ok else None,
+        "driver_peak_rss_lifetime": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "driver_peak_rss_note": ("ru_maxrss after resetting the peak (/proc/self/clear_refs) just before run(); "
+                                 "lifetime includes generation, verification and the bulk load"),
+        "children_sampled": {k: v * 1024 for k, v in sampler.summary()["peak_kib_by_kind"].items()},
+        "children_sampled_note": "VmHWM of each process started below the driver (the Spark JVM), sampled every 0.5 s",
+        "rusage_children_maxrss": children * 1024,
+        "rusage_children_note": "RUSAGE_CHILDREN: largest child the kernel has reaped (the JVM after spark.stop())",
+        "psutil": _has("psutil"),
+    }
+    hz = os.sysconf("SC_CLK_TCK")
+    driver_cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    child_cpu = sampler.summary()["cpu_seconds_by_kind"]
+    busy = (sys1[0] - sys0[0]) / hz
+    svc = {k: round((svc1[k] - svc0.get(k, 0)) / hz, 2) for k in svc1 if k in svc0}
+    result["cpu"] = {
+        "wall_seconds": round(wall, 2), "cpus": os.cpu_count(),
+        "driver_cpu_seconds": round(driver_cpu, 2),
+        "children_cpu_seconds": {k: round(v, 2) for k, v in child_cpu.items()},
+        "machine_busy_cpu_seconds": round(busy, 2),
+        "services_cpu_seconds": svc,
+        "other_processes_cpu_seconds": round(busy - driver_cpu - sum(child_cpu.values()) - sum(svc.values()), 2),
+        "loadavg_1m_before": round(load0, 2),
+        "note": "CPU seconds during run(); services are the local Kafka/MariaDB/PostgreSQL process trees; 'other "
+                "processes' is everything else on the machine at the time (e.g. other test runs)",
+    }
+    result["stages"] = stage_split(wall, clock, rep.seconds)
+    result["stages_not_measured"] = [
+        "Spark's Kafka fetch and the collect() to the driver are one measurement ('read'): pipeline.py does both "
+        "inside one foreachBatch call before the processor starts its timers",
+        "'gate/order' covers the sort on intake; the commit-order merge on release is inside 'apply: release+other'",
+    ]
+    if profiler is not None:
+        profiler.dump_stats(a.profile)
+        result["profile"] = {"file": a.profile, "top_cumulative": profile_top(a.profile, 25)}
+    return result
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+def profile_top(path: str, n: int = 15) -> list[dict[str, Any]]:
+    stats = pstats.Stats(path)
+    rows = []
+    for func, (cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        filename, line, name = func
+        rows.append({"function": f"{_short(filename)}:{line}({name})", "calls": nc, "tottime": round(tt, 3),
+                     "cumtime": round(ct, 3)})
+    rows.sort(key=lambda r: -r["cumtime"])
+    return rows[:n]
+
+
+def _short(filename: str) -> str:
+    for marker in ("/site-packages/", "/applier/", "/lib/python3"):
+        i = filename.find(marker)
+        if i >= 0:
+            return filename[i + 1:] if marker != "/applier/" else "applier/" + filename[i + len(marker):]
+    return filename
+
+
+def format_report(r: dict[str, Any]) -> str:
+    p, ap, wlst, kr, bl, mem, ra = (r["params"], r["applier"], r["workload"], r["kafka_raw"], r["bulk_load"],
+                                    r["memory"], r["ratios"])
+    lines = [
+        f"applier benchmark: {p['protocol']} -> {p['target']}, local[{p['cores']}], {p['tables']} tables, "
+        f"{p['partitions']} partitions, big transaction {p['big_txn_rows']:,} rows, seed {p['seed']}",
+        f"  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()),
+        f"  workload: {wlst['row_events']:,} row changes (+{wlst['duplicate_row_events']:,} replayed; "
+        f"{wlst['inserts']:,} ins / {wlst['updates']:,} upd / {wlst['deletes']:,} del, {wlst['key_changes']:,} key "
+        f"changes), {wlst['transactions']:,} transactions (largest {wlst['largest_txn_rows']:,} rows), "
+        f"{wlst['messages']:,} messages, {human_bytes(wlst['bytes'])}",
+        f"  verify: {'OK - target equals the expected state' if r['verify']['ok'] else 'FAILED'} "
+        f"({r['verify']['rows']:,} rows in {r['verify']['tables']} tables)",
+        "",
+        f"  events (row changes)       {wlst['row_events']:>14,}",
+        f"  wall time (run)            {ap['wall_seconds']:>14,.1f} s   (+ Spark session start {r['spark_startup_seconds']} s)",
+        f"  events/s                   {_num(ap['events_per_s']):>14}",
+        f"  rows written/s             {_num(ap['rows_written_per_s']):>14}   ({ap['rows_written']:,} rows after per-key "
+        f"collapse: {ap['rows_upserted']:,} upserts, {ap['rows_deleted']:,} deletes)",
+        f"  messages/s                 {_num(ap['messages_per_s']):>14}   ({ap['batches']} micro-batches)",
+        f"  raw bulk load rows/s       {_num(bl['rows_per_s']):>14}   ({bl['method']})",
+        f"  ratio to raw bulk load     {_num(ra['events_per_s_to_bulk_load_rows_per_s'], '.3f'):>14}",
+    ]
+    if bl.get("load_only_rows_per_s"):
+        lines.append(f"  ratio to LOAD DATA alone   {_num(ra['events_per_s_to_bulk_load_only_rows_per_s'], '.3f'):>14}"
+                     f"   (server load only {bl['load_only_rows_per_s']:,.0f} rows/s, TSV writing excluded)")
+    lines += [
+        f"  raw Kafka read msg/s       {_num(kr['messages_per_s']):>14}   ({human_bytes(kr['bytes_per_s'])}/s)",
+        f"  ratio to raw Kafka read    {_num(ra['messages_per_s_to_kafka_raw_messages_per_s'], '.3f'):>14}",
+        f"  driver peak RSS (run)      {human_bytes(mem['driver_peak_rss_during_run']):>14}   "
+        f"(lifetime {human_bytes(mem['driver_peak_rss_lifetime'])})",
+    ]
+    for kind, b in sorted(mem["children_sampled"].items()):
+        lines.append(f"  child peak RSS ({kind}){' ' * max(1, 11 - len(kind))}{human_bytes(b):>14}")
+    lines.append(f"  RUSAGE_CHILDREN maxrss     {human_bytes(mem['rusage_children_maxrss']):>14}   (the JVM is not reaped "
+                 "before this process exits, so this stays small)")
+    cpu = r.get("cpu")
+    if cpu:
+        kids = ", ".join(f"{k} {v:.1f} s" for k, v in cpu["children_cpu_seconds"].items())
+        svcs = ", ".join(f"{k} {v:.1f} s" for k, v in cpu.get("services_cpu_seconds", {}).items())
+        lines.append(f"  CPU during run             driver {cpu['driver_cpu_seconds']:.1f} s, {kids}, {svcs}, other processes "
+                     f"{cpu['other_processes_cpu_seconds']:.1f} s, of {cpu['cpus']} x {cpu['wall_seconds']:.1f} s "
+                     f"(load before {cpu['loadavg_1m_before']})")
+    lines += ["", "  stage split of the wall time (measured; see 'what'):"]
+    for s in r["stages"]:
+        share = f"{100 * s['share']:5.1f}%" if s["share"] is not None else "  n/a"
+        lines.append(f"    {s['stage']:<28} {s['seconds']:>9.2f} s {share}  {s['what']}")
+    for note in r["stages_not_measured"]:
+        lines.append(f"    not separately measured: {note}")
+    if "profile" in r:
+        lines += ["", f"  profile ({r['profile']['file']}), top by cumulative time:"]
+        for row in r["profile"]["top_cumulative"][:15]:
+            lines.append(f"    {row['cumtime']:>9.2f} s cum {row['tottime']:>8.2f} s own {row['calls']:>10,}  {row['function']}")
+    if not r["verify"]["ok"]:
+        lines += ["", f"  VERIFY FAILED: {r['verify']['differences']}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    result = run_bench(a)
+    if a.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(format_report(result))
+    if not result["verify"]["ok"]:
+        print("benchmark FAILED: the target does not equal the generator's expected state", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

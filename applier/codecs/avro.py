@@ -1,0 +1,1157 @@
+"""TiCDC "avro" protocol (flat Avro rows, Confluent Schema Registry): decoder and a TiCDC-shaped encoder.
+
+Wire format (TiCDC ``protocol=avro``; one topic per table is TiCDC's usual layout for it, but nothing here
+depends on the topic name):
+
+* key   = Confluent frame of the **handle-key columns** (primary key, or the not-null unique key TiCDC uses as
+  handle): byte ``0x00``, 4-byte big-endian schema id, Avro binary. ``None`` when the table has no handle key
+  (force-replicate tables).
+* value = Confluent frame of the **whole row** for inserts and updates; for deletes a Kafka tombstone
+  (``None``/empty) so that compacted topics drop the key. Newer TiCDC (pingcap/ticdc) also knows
+  ``avro-include-before-value``: then deletes and updates carry a value whose ``_ticdc_before`` field (a
+  nullable record named ``<table>_before``) holds the old row.
+* Schemas are registered under ``<topic>-key`` / ``<topic>-value`` (dots in the topic become ``_``). Every
+  table version gets new ids: a schema change simply shows up as new ids, and this decoder fetches and parses
+  each id once (``GET /schemas/ids/{id}``, then ``fastavro.parse_schema``) and keeps it for its lifetime.
+* Value record: ``{"type": "record", "name": <table>, "namespace": "<changefeed namespace>.<schema>",
+  "fields": [...]}`` - the changefeed namespace is ``default`` unless TiCDC runs with keyspaces/namespaces, so
+  the vectors say ``default.testdb``. Schema = the namespace after its first dot, table = the record name.
+  TiCDC *sanitizes* these names and the column names for Avro (any character outside ``[A-Za-z0-9_]`` becomes
+  ``_``, a leading digit gets a ``_`` prefix), so the names decoded here are the sanitized ones: an upstream
+  table ``order-items`` arrives as ``order_items``. Use the routing rules to map such names back.
+* Each column field's type (inside an optional ``["null", T]`` union) carries
+  ``connect.parameters.tidb_type``, which is all that is known about the MySQL type:
+
+  =====================  ===========================  ================================================
+  tidb_type              Avro type                    Python value (event model)
+  =====================  ===========================  ================================================
+  INT, INT UNSIGNED      int (long for INT UNSIGNED)  int (TINYINT/SMALLINT/MEDIUMINT/INT all say INT)
+  BIGINT                 long                         int
+  BIGINT UNSIGNED        long, or string with         int; a long is the uint64 bit pattern, so values
+                         bigint-unsigned mode string  >= 2**63 arrive negative and are mapped back
+  FLOAT / DOUBLE         float / double               float (FLOAT: the float32's shortest repr)
+  DECIMAL                bytes+logicalType decimal,   Decimal (schema scale) / Decimal (text scale)
+                         or string (decimal mode)
+  BIT                    bytes (big-endian, minimal)  int
+  TEXT / BLOB            string / bytes               str / bytes (char, varchar, *text all say TEXT)
+  ENUM, SET              string (+ ``allowed``)       str (the member names, "a,b" for a SET)
+  JSON, TiDBVECTOR...    string                       str
+  DATE                   string 'YYYY-MM-DD'          datetime.date (zero dates: the string)
+  DATETIME, TIMESTAMP    string 'YYYY-MM-DD HH:MM:SS  datetime.datetime, naive (zero dates: the string)
+                         [.ffffff]'                   TiCDC sends no logical timestamp types
+  TIME                   string '[-]HH:MM:SS[.f]'     datetime.timedelta
+  YEAR                   int                          int
+  =====================  ===========================  ================================================
+
+  ``Column.type_name`` is therefore the closest MySQL name: int, bigint, float, double, decimal, bit, text,
+  blob (``binary=True``), enum, set, json, vector, date, datetime, timestamp, time, year; ``unsigned`` comes
+  from "UNSIGNED", ``nullable`` from the ``null`` union branch, ``key``/``unique`` from the key schema.
+* TiDB extension fields (``enable-tidb-extension=true``), after the columns: ``_tidb_op`` ("c" insert,
+  "u" update, and "d" delete in pingcap/ticdc's before-value mode), ``_tidb_commit_ts`` (the commit ts),
+  ``_tidb_commit_physical_time`` (commit ts >> 18, ms) and with row checksums ``_tidb_row_level_checksum``,
+  ``_tidb_corrupted``, ``_tidb_checksum_version``. Extension fields are recognised by name *and* by having no
+  ``tidb_type``, so a real column called ``_tidb_op`` still decodes as a column.
+
+Decoding decisions:
+
+* Insert/update value: ``_tidb_op`` "c" -> ``Op.INSERT``; "u" -> ``Op.UPDATE``; no ``_tidb_op`` (extension off)
+  -> ``Op.INSERT``. TiCDC's avro output has **no old value**, so an update is ``Op.UPDATE`` with
+  ``before=None`` unless ``_ticdc_before`` is present: writers apply it as an upsert of the new row. Updates that
+  change the primary/unique key are split by TiCDC itself into delete + insert for non-MySQL sinks (since
+  v6.5.3 / v7.1.1 / v7.2.0, tiflow#9086), so the old key still gets deleted.
+* Delete: key + tombstone -> ``Op.DELETE`` with ``before`` = the key columns only and ``columns`` = the key
+  columns. A tombstone carries **no commit ts**: ``commit_ts`` is 0. With before-value mode the value is a
+  full row with ``_tidb_op`` "d" (``before`` = ``_ticdc_before``, or the row itself).
+* Without the TiDB extension ``commit_ts`` is 0 for every row. The stream has no resolved ts at all, so this
+  decoder is ``gated = False``: the pipeline keeps per-key order (a key always lives in one partition) and
+  applies in offset order per partition, dropping nothing by commit ts.
+* ``_tidb_corrupted = true`` (TiCDC found a checksum mismatch upstream) is a DecodeError: applying a row TiCDC
+  itself flags as corrupted would pass bad data on silently. Checksums are not re-verified (that needs TiDB).
+* ``enable_watermark=True`` mirrors TiCDC's test-only ``avro-enable-watermark`` (it needs the extension): DDL
+  values are byte ``0x01`` + JSON ``{"query","type","schema","table","commitTs"}`` with a nil key -> ``DDL``;
+  watermarks are byte ``0x02`` + 8-byte big-endian ts with a nil key -> ``Resolved``; pingcap/ticdc also sends
+  deletes as key + value byte ``0x03`` + 8-byte commit ts. In that mode the decoder is ``gated = True`` and a
+  row without ``_tidb_commit_ts`` or a plain tombstone delete (tiflow-era TiCDC, no commit ts) is a
+  DecodeError: a gated pipeline cannot place an event whose commit ts it does not know, and guessing would
+  drop or reorder the delete. Without ``enable_watermark`` such 0x01/0x02 values are a DecodeError naming the
+  option; a ``0x03`` delete is accepted in either mode (it is unambiguous and carries its commit ts).
+* ``decimal_mode`` / ``bigint_unsigned_mode`` default to ``"auto"`` (whatever the schema says). Set them to
+  the changefeed's ``avro-decimal-handling-mode`` (precise|string) / ``avro-bigint-unsigned-handling-mode``
+  (long|string) to have a schema that disagrees rejected.
+
+Errors: malformed input (wrong magic byte, truncated frame, Avro that does not decode with its schema, bytes
+left over, values that do not fit their tidb_type, unknown schema id, a schema that is not TiCDC-shaped) raises
+:class:`applier.events.DecodeError` (protocol "avro") naming topic/partition/offset and the schema id. When the
+registry itself cannot be asked (unreachable, 5xx, bad credentials, no registry configured) decode raises
+:class:`applier.codecs.registry.RegistryError` instead: that is not the message's fault, so it must stop the
+pipeline rather than send the message to quarantine. Nothing else escapes :meth:`AvroDecoder.decode`.
+
+The registry URL comes from ``registry_url=`` or, when not given, the ``APPLIER_REGISTRY_URL`` environment
+variable (``python -m applier.services start --only registry`` prints it).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import struct
+from dataclasses import dataclass
+from decimal import Decimal, localcontext
+from typing import Any, Callable, Iterable, Mapping
+
+import fastavro
+import orjson
+
+from applier.codecs import types as T
+from applier.codecs.registry import RegistryClient, RegistryError, SchemaNotFound
+from applier.events import (
+    DDL,
+    Column,
+    DecodeError,
+    Event,
+    KafkaMessage,
+    Op,
+    Resolved,
+    RowChange,
+    SourcePosition,
+)
+
+__all__ = [
+    "AvroDecoder",
+    "AvroEncodeError",
+    "AvroEncoder",
+    "ColumnSpec",
+    "PROTOCOL",
+    "sanitize_name",
+    "sanitize_topic",
+]
+
+PROTOCOL = "avro"
+
+MAGIC_BYTE = 0x00
+DDL_BYTE = 0x01
+CHECKPOINT_BYTE = 0x02
+DELETE_BYTE = 0x03
+
+TIDB_TYPE = "tidb_type"
+EXT_OP = "_tidb_op"
+EXT_COMMIT_TS = "_tidb_commit_ts"
+EXT_PHYSICAL_TIME = "_tidb_commit_physical_time"
+EXT_CHECKSUM = "_tidb_row_level_checksum"
+EXT_CORRUPTED = "_tidb_corrupted"
+EXT_CHECKSUM_VERSION = "_tidb_checksum_version"
+EXT_BEFORE = "_ticdc_before"
+EXTENSION_FIELDS = frozenset(
+    {EXT_OP, EXT_COMMIT_TS, EXT_PHYSICAL_TIME, EXT_CHECKSUM, EXT_CORRUPTED, EXT_CHECKSUM_VERSION, EXT_BEFORE}
+)
+
+OP_INSERT = "c"
+OP_UPDATE = "u"
+OP_DELETE = "d"
+_OPS = {OP_INSERT: Op.INSERT, OP_UPDATE: Op.UPDATE, OP_DELETE: Op.DELETE}
+
+KEY_SUFFIX = "-key"
+VALUE_SUFFIX = "-value"
+DEFAULT_NAMESPACE = "default"
+
+DECIMAL_MODES = ("precise", "string")
+BIGINT_UNSIGNED_MODES = ("long", "string")
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_TWO64 = 1 << 64
+_TS_MAX = (1 << 63) - 1
+
+
+class _Bad(Exception):
+    """Internal: reason for a DecodeError (the position is added by decode())."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# names
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _valid_first(c: str) -> bool:
+    return ("a" <= c <= "z") or ("A" <= c <= "Z") or c == "_"
+
+
+def _valid_rest(c: str) -> bool:
+    return _valid_first(c) or ("0" <= c <= "9")
+
+
+def sanitize_name(name: str) -> str:
+    """TiCDC's Avro name sanitizing: ``[A-Za-z_][A-Za-z0-9_]*``; a bad first character becomes ``_`` (a digit
+    is kept after it: ``1a`` -> ``_1a``), any other bad character becomes ``_`` (``a-b`` -> ``a_b``)."""
+    out = []
+    for i, c in enumerate(name):
+        if i == 0 and not _valid_first(c):
+            out.append("_")
+            if "0" <= c <= "9":
+                out.append(c)
+        elif not _valid_rest(c):
+            out.append("_")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def sanitize_topic(topic: str) -> str:
+    """TiCDC replaces dots in the topic before deriving the registry subjects from it."""
+    return topic.replace(".", "_")
+
+
+def escape_enum_option(option: str) -> str:
+    """How TiCDC writes one ENUM/SET member into ``connect.parameters.allowed`` (comma-joined)."""
+    return option.replace(",", "\\,").replace("\\'", "'").replace("''", "'")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tidb_type table
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _TiDBType:
+    type_name: str
+    unsigned: bool
+    binary: bool
+    avro_types: frozenset[str]  # accepted Avro types ("bytes.decimal" = bytes with logicalType decimal)
+
+
+def _tt(type_name: str, avro: Iterable[str], unsigned: bool = False, binary: bool = False) -> _TiDBType:
+    return _TiDBType(type_name, unsigned, binary, frozenset(avro))
+
+
+TIDB_TYPES: dict[str, _TiDBType] = {
+    "INT": _tt("int", ("int", "long")),
+    "INT UNSIGNED": _tt("int", ("int", "long"), unsigned=True),
+    "BIGINT": _tt("bigint", ("long",)),
+    "BIGINT UNSIGNED": _tt("bigint", ("long", "string"), unsigned=True),
+    "FLOAT": _tt("float", ("float",)),
+    "DOUBLE": _tt("double", ("double",)),
+    "BIT": _tt("bit", ("bytes",)),
+    "DECIMAL": _tt("decimal", ("bytes.decimal", "string")),
+    "TEXT": _tt("text", ("string",)),
+    "BLOB": _tt("blob", ("bytes",), binary=True),
+    "ENUM": _tt("enum", ("string",)),
+    "SET": _tt("set", ("string",)),
+    "JSON": _tt("json", ("string",)),
+    "DATE": _tt("date", ("string",)),
+    "DATETIME": _tt("datetime", ("string",)),
+    "TIMESTAMP": _tt("timestamp", ("string",)),
+    "TIME": _tt("time", ("string",)),
+    "YEAR": _tt("year", ("int",)),
+    "TiDBVECTORFloat32": _tt("vector", ("string",)),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# value converters (fastavro datum -> event-model value); each raises ValueError/TypeError on bad input
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _int(v: Any) -> int:
+    if type(v) is not int:
+        raise TypeError(f"expected an integer, got {type(v).__name__}")
+    return v
+
+
+def _uint_small(v: Any) -> int:
+    v = _int(v)
+    if v < 0:
+        raise ValueError(f"{v} is negative for an unsigned column")
+    return v
+
+
+def _uint64_long(v: Any) -> int:
+    v = _int(v)
+    return v + _TWO64 if v < 0 else v
+
+
+def _uint64_text(v: Any) -> int:
+    if type(v) is not str or not v.isascii() or not v.isdigit():
+        raise ValueError(f"{v!r} is not an unsigned integer")
+    n = int(v)
+    if n >= _TWO64:
+        raise ValueError(f"{v} exceeds BIGINT UNSIGNED")
+    return n
+
+
+def _float32(v: Any) -> float:
+    if type(v) is not float or not math.isfinite(v):
+        raise ValueError(f"{v!r} is not a finite float")
+    return T.shortest_float32(v)
+
+
+def _double(v: Any) -> float:
+    if type(v) is not float or not math.isfinite(v):
+        raise ValueError(f"{v!r} is not a finite double")
+    return v
+
+
+def _bit(v: Any) -> int:
+    if type(v) is not bytes:
+        raise TypeError(f"expected bytes, got {type(v).__name__}")
+    if len(v) > 8:
+        raise ValueError(f"BIT value of {len(v)} bytes exceeds BIT(64)")
+    return int.from_bytes(v, "big")
+
+
+def _decimal_bytes(precision: int, scale: int) -> Callable[[Any], Decimal]:
+    """Avro ``bytes`` + logicalType decimal: big-endian two's complement unscaled value. Decoded here, exactly
+    (fastavro's own decimal reader rounds to the schema precision), and a value with more digits than the
+    schema's precision is an error rather than silently rounded."""
+
+    def conv(v: Any) -> Decimal:
+        if type(v) is not bytes:
+            raise TypeError(f"expected bytes, got {type(v).__name__}")
+        if not v:
+            raise ValueError("empty decimal bytes")
+        unscaled = int.from_bytes(v, "big", signed=True)
+        digits = str(abs(unscaled))
+        if unscaled and len(digits) > precision:
+            raise ValueError(f"unscaled value {unscaled} has more than {precision} digits (schema precision)")
+        return Decimal((1 if unscaled < 0 else 0, tuple(int(c) for c in digits), -scale))
+
+    return conv
+
+
+def _decimal_text(v: Any) -> Decimal:
+    return T.parse_decimal(v)
+
+
+def _text(v: Any) -> str:
+    if type(v) is not str:
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _blob(v: Any) -> bytes:
+    if type(v) is not bytes:
+        raise TypeError(f"expected bytes, got {type(v).__name__}")
+    return v
+
+
+def _converter(tidb_type: str, avro_type: str, inner: Mapping[str, Any]) -> Callable[[Any], Any]:
+    if tidb_type in ("INT", "BIGINT", "YEAR"):
+        return _int
+    if tidb_type == "INT UNSIGNED":
+        return _uint_small
+    if tidb_type == "BIGINT UNSIGNED":
+        return _uint64_text if avro_type == "string" else _uint64_long
+    if tidb_type == "FLOAT":
+        return _float32
+    if tidb_type == "DOUBLE":
+        return _double
+    if tidb_type == "BIT":
+        return _bit
+    if tidb_type == "DECIMAL":
+        if avro_type == "string":
+            return _decimal_text
+        return _decimal_bytes(inner["precision"], inner.get("scale", 0))
+    if tidb_type == "BLOB":
+        return _blob
+    if tidb_type == "DATE":
+        return T.parse_date
+    if tidb_type in ("DATETIME", "TIMESTAMP"):
+        return T.parse_datetime
+    if tidb_type == "TIME":
+        return T.parse_time
+    return _text  # TEXT, ENUM, SET, JSON, vector
+
+
+# ---------------------------------------------------------------------------------------------------------
+# parsed schemas
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    column: Column
+    conv: Callable[[Any], Any]
+    tidb_type: str
+    avro_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    id: int
+    parsed: Any
+    schema: str
+    table: str
+    fields: tuple[_Field, ...]
+    before: tuple[_Field, ...] | None
+    extensions: frozenset[str]
+
+
+def _split_type(ftype: Any, where: str) -> tuple[Any, bool]:
+    """(inner type, nullable) of a field type that may be a ``["null", T]`` / ``[T, "null"]`` union."""
+    if isinstance(ftype, list):
+        others = [t for t in ftype if t != "null"]
+        if len(ftype) != 2 or len(others) != 1:
+            raise _Bad(f"{where}: union {ftype!r} is not a nullable type ([\"null\", T])")
+        return others[0], True
+    return ftype, False
+
+
+def _column_fields(fields: Any, where: str, *, top: bool) -> tuple[tuple[_Field, ...], set[str], Any]:
+    """Column fields, extension field names and the before-value record schema (if any) of a record."""
+    if not isinstance(fields, list):
+        raise _Bad(f"{where}: 'fields' is not a list")
+    cols: list[_Field] = []
+    exts: set[str] = set()
+    before: Any = None
+    for f in fields:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise _Bad(f"{where}: a field is not an object with a name")
+        name = f["name"]
+        inner, nullable = _split_type(f.get("type"), f"{where} field {name!r}")
+        params = inner.get("connect.parameters") if isinstance(inner, dict) else None
+        tidb_type = params.get(TIDB_TYPE) if isinstance(params, dict) else None
+        if tidb_type is None:
+            if top and name in EXTENSION_FIELDS:
+                exts.add(name)
+                if name == EXT_BEFORE:
+                    if not (nullable and isinstance(inner, dict) and inner.get("type") == "record"):
+                        raise _Bad(f"{where}: {EXT_BEFORE} is not a nullable record")
+                    before = inner
+                continue
+            raise _Bad(
+                f"{where} field {name!r} has no connect.parameters.tidb_type: not a TiCDC avro schema"
+            )
+        if not isinstance(tidb_type, str) or tidb_type not in TIDB_TYPES:
+            raise _Bad(f"{where} field {name!r}: unknown tidb_type {tidb_type!r}")
+        spec = TIDB_TYPES[tidb_type]
+        avro_type = inner.get("type")
+        if not isinstance(avro_type, str):
+            raise _Bad(f"{where} field {name!r}: Avro type {avro_type!r} is not a primitive type")
+        if inner.get("logicalType") == "decimal":
+            avro_type += ".decimal"
+            precision, scale = inner.get("precision"), inner.get("scale", 0)
+            if type(precision) is not int or type(scale) is not int or not 0 <= scale <= precision or precision < 1:
+                raise _Bad(f"{where} field {name!r}: bad decimal precision/scale {precision!r}/{scale!r}")
+        if avro_type not in spec.avro_types:
+            raise _Bad(
+                f"{where} field {name!r}: tidb_type {tidb_type} cannot be Avro {avro_type} "
+                f"(TiCDC writes {' or '.join(sorted(spec.avro_types))})"
+            )
+        col = Column(name=name, type_name=spec.type_name, nullable=nullable, unsigned=spec.unsigned,
+                     binary=spec.binary)
+        cols.append(_Field(name, col, _converter(tidb_type, avro_type, inner), tidb_type, avro_type))
+    if not cols:
+        raise _Bad(f"{where} has no column fields")
+    return tuple(cols), exts, before
+
+
+def _strip_decimals(node: Any) -> Any:
+    """Drop ``logicalType: decimal`` everywhere so fastavro hands over the raw bytes (see _decimal_bytes)."""
+    if isinstance(node, dict):
+        if node.get("logicalType") == "decimal":
+            node = {k: v for k, v in node.items() if k not in ("logicalType", "precision", "scale")}
+        return {k: _strip_decimals(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_strip_decimals(v) for v in node]
+    return node
+
+
+def _parse_schema(schema_id: int, text: str) -> _Schema:
+    where = f"schema id {schema_id}"
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise _Bad(f"{where} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("type") != "record":
+        raise _Bad(f"{where} is not an Avro record schema")
+    name, namespace = doc.get("name"), doc.get("namespace")
+    if not isinstance(name, str) or not name:
+        raise _Bad(f"{where}: the record has no name (TiCDC names it after the table)")
+    if not isinstance(namespace, str) or "." not in namespace:
+        raise _Bad(
+            f"{where}: record namespace {namespace!r} is not '<changefeed namespace>.<schema>' as TiCDC writes it"
+        )
+    schema_name = namespace.split(".", 1)[1]
+    fields, exts, before_rec = _column_fields(doc.get("fields"), where, top=True)
+    before = None
+    if before_rec is not None:
+        before, _, _ = _column_fields(before_rec.get("fields"), f"{where} {EXT_BEFORE}", top=False)
+    try:
+        parsed = fastavro.parse_schema(_strip_decimals(orjson.loads(text)), _write_hint=False)
+    except Exception as e:  # noqa: BLE001 - fastavro raises several types for invalid schemas
+        raise _Bad(f"{where} is not a valid Avro schema: {e}") from None
+    return _Schema(schema_id, parsed, schema_name, name, fields, before, frozenset(exts))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# decoder
+# ---------------------------------------------------------------------------------------------------------
+
+
+class AvroDecoder:
+    """Decoder for TiCDC's flat Avro protocol with a Confluent-compatible schema registry (see module doc).
+
+    ``registry_url`` (or ``$APPLIER_REGISTRY_URL``) + ``auth`` build a :class:`RegistryClient`;
+    ``registry`` passes any object with ``schema_by_id(id)`` instead (an :class:`InMemoryRegistry` in tests).
+    """
+
+    name = PROTOCOL
+
+    def __init__(
+        self,
+        registry_url: str | None = None,
+        *,
+        auth: tuple[str, str] | None = None,
+        registry: Any = None,
+        decimal_mode: str = "auto",
+        bigint_unsigned_mode: str = "auto",
+        enable_watermark: bool = False,
+        registry_timeout: float = 10.0,
+        registry_retries: int = 3,
+    ) -> None:
+        if decimal_mode not in ("auto", *DECIMAL_MODES):
+            raise ValueError(f"decimal_mode must be auto, precise or string, got {decimal_mode!r}")
+        if bigint_unsigned_mode not in ("auto", *BIGINT_UNSIGNED_MODES):
+            raise ValueError(f"bigint_unsigned_mode must be auto, long or string, got {bigint_unsigned_mode!r}")
+        self.decimal_mode = decimal_mode
+        self.bigint_unsigned_mode = bigint_unsigned_mode
+        self.enable_watermark = bool(enable_watermark)
+        self.gated = self.enable_watermark
+        self._registry = registry
+        self._registry_url = registry_url
+        self._auth = auth
+        self._timeout = registry_timeout
+        self._retries = registry_retries
+        if registry is None and registry_url is not None:
+            self._registry = RegistryClient(registry_url, auth=auth, timeout=registry_timeout,
+                                            retries=registry_retries)
+        self._schemas: dict[int, _Schema] = {}
+        self._bad_schemas: dict[int, str] = {}
+        self._columns: dict[tuple[int, int], tuple[tuple[Column, ...], frozenset[str]]] = {}
+
+    def __repr__(self) -> str:
+        return f"AvroDecoder(registry={self._registry!r}, gated={self.gated})"
+
+    # -- public -------------------------------------------------------------------------------------------
+
+    def decode(self, msg: KafkaMessage) -> list[Event]:
+        """All events of one Kafka record (zero or one). Raises DecodeError for malformed input and
+        RegistryError when the schema registry cannot be asked (see the module docstring)."""
+        try:
+            return self._decode(msg)
+        except (DecodeError, RegistryError):
+            raise
+        except _Bad as e:
+            raise DecodeError(msg.position, str(e), protocol=PROTOCOL) from None
+        except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
+            raise DecodeError(
+                msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=PROTOCOL
+            ) from e
+
+    @property
+    def registry(self) -> Any:
+        if self._registry is None:
+            url = os.environ.get("APPLIER_REGISTRY_URL")
+            if not url:
+                raise RegistryError(
+                    "the avro protocol needs a schema registry: pass registry_url= to the avro decoder or set "
+                    "APPLIER_REGISTRY_URL (python -m applier.services start --only registry prints one)"
+                )
+            self._registry = RegistryClient(url, auth=self._auth, timeout=self._timeout, retries=self._retries)
+        return self._registry
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _decode(self, msg: KafkaMessage) -> list[Event]:
+        key, value = msg.key, msg.value
+        if key is not None and not isinstance(key, (bytes, bytearray, memoryview)):
+            raise _Bad("key must be bytes")
+        if value is not None and not isinstance(value, (bytes, bytearray, memoryview)):
+            raise _Bad("value must be bytes")
+        key = bytes(key) if key else None
+        value = bytes(value) if value else b""
+        pos = msg.position
+        size = len(key or b"") + len(value)
+        if key is None:
+            if not value:
+                raise _Bad("message has neither key nor value")
+            first = value[0]
+            if first == MAGIC_BYTE:
+                return [self._row(pos, None, value, size)]
+            if first == DDL_BYTE:
+                return [self._ddl(pos, value)]
+            if first == CHECKPOINT_BYTE:
+                return [self._watermark(pos, value)]
+            if first == DELETE_BYTE:
+                raise _Bad("delete marker (value byte 0x03) without a key")
+            raise _Bad(f"value starts with byte 0x{first:02x}, not the Confluent magic byte 0x00")
+        if not value:
+            return [self._tombstone(pos, key, size)]
+        first = value[0]
+        if first == MAGIC_BYTE:
+            return [self._row(pos, key, value, size)]
+        if first == DELETE_BYTE:
+            return [self._delete_marker(pos, key, value, size)]
+        if first in (DDL_BYTE, CHECKPOINT_BYTE):
+            raise _Bad(f"value starts with byte 0x{first:02x} (a TiCDC DDL/watermark message) but has a key")
+        raise _Bad(f"value starts with byte 0x{first:02x}, not the Confluent magic byte 0x00")
+
+    # frames and schemas
+
+    def _frame(self, data: bytes, part: str) -> tuple[int, bytes]:
+        if len(data) < 5:
+            raise _Bad(f"{part} is {len(data)} bytes, shorter than the 5-byte Confluent header")
+        if data[0] != MAGIC_BYTE:
+            raise _Bad(f"{part} starts with byte 0x{data[0]:02x}, not the Confluent magic byte 0x00")
+        (schema_id,) = _U32.unpack_from(data, 1)
+        return schema_id, data[5:]
+
+    def _schema(self, schema_id: int, pos: SourcePosition, part: str) -> _Schema:
+        s = self._schemas.get(schema_id)
+        if s is not None:
+            return s
+        bad = self._bad_schemas.get(schema_id)
+        if bad is not None:
+            raise _Bad(f"{part}: {bad}")
+        try:
+            reg = self.registry.schema_by_id(schema_id)
+        except SchemaNotFound as e:
+            raise _Bad(f"{part} names schema id {schema_id}, which the registry does not have: {e}") from None
+        except RegistryError as e:
+            raise e.with_context(f"needed for the {part} of the message at {pos}") from None
+        try:
+            if reg.schema_type != "AVRO":
+                raise _Bad(f"schema id {schema_id} is a {reg.schema_type} schema, not Avro")
+            if reg.references:
+                raise _Bad(f"schema id {schema_id} uses schema references, which TiCDC never writes")
+            s = _parse_schema(schema_id, reg.schema)
+            self._check_modes(s)
+        except _Bad as e:
+            self._bad_schemas[schema_id] = str(e)
+            raise _Bad(f"{part}: {e}") from None
+        self._schemas[schema_id] = s
+        return s
+
+    def _check_modes(self, s: _Schema) -> None:
+        for f in (*s.fields, *(s.before or ())):
+            if f.tidb_type == "DECIMAL" and self.decimal_mode != "auto":
+                got = "string" if f.avro_type == "string" else "precise"
+                if got != self.decimal_mode:
+                    raise _Bad(
+                        f"schema id {s.id} column {f.name!r} is DECIMAL in {got} mode but decimal_mode is "
+                        f"{self.decimal_mode} (match it to the changefeed's avro-decimal-handling-mode)"
+                    )
+            if f.tidb_type == "BIGINT UNSIGNED" and self.bigint_unsigned_mode != "auto":
+                got = "string" if f.avro_type == "string" else "long"
+                if got != self.bigint_unsigned_mode:
+                    raise _Bad(
+                        f"schema id {s.id} column {f.name!r} is BIGINT UNSIGNED in {got} mode but "
+                        f"bigint_unsigned_mode is {self.bigint_unsigned_mode} (match it to the changefeed's "
+                        "avro-bigint-unsigned-handling-mode)"
+                    )
+
+    def _read(self, s: _Schema, payload: bytes, part: str) -> dict[str, Any]:
+        bio = io.BytesIO(payload)
+        try:
+            rec = fastavro.schemaless_reader(bio, s.parsed, None)
+        except Exception as e:  # noqa: BLE001 - fastavro raises EOFError, ValueError, UnicodeDecodeError, ...
+            raise _Bad(f"{part} (schema id {s.id}) is not valid Avro for its schema: "
+                       f"{type(e).__name__}: {e}") from None
+        left = len(payload) - bio.tell()
+        if left:
+            raise _Bad(f"{part} (schema id {s.id}) has {left} bytes after the Avro record")
+        if not isinstance(rec, dict):
+            raise _Bad(f"{part} (schema id {s.id}) did not decode to a record")
+        return rec
+
+    def _values(self, fields: tuple[_Field, ...], rec: Mapping[str, Any], s: _Schema, part: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields:
+            v = rec.get(f.name)
+            if v is None:
+                out[f.name] = None
+                continue
+            try:
+                out[f.name] = f.conv(v)
+            except (ValueError, TypeError, ArithmeticError) as e:
+                raise _Bad(f"{part} (schema id {s.id}) column {f.name!r} ({f.tidb_type}): {e}") from None
+        return out
+
+    def _columns_for(self, ks: _Schema | None, vs: _Schema) -> tuple[tuple[Column, ...], frozenset[str]]:
+        cache_key = (ks.id if ks is not None else -1, vs.id)
+        hit = self._columns.get(cache_key)
+        if hit is not None:
+            return hit
+        keys = frozenset(f.name for f in ks.fields) if ks is not None else frozenset()
+        missing = keys - {f.name for f in vs.fields}
+        if missing:
+            raise _Bad(
+                f"key schema id {ks.id} has column(s) {', '.join(sorted(missing))} that value schema id "
+                f"{vs.id} lacks"
+            )
+        cols = tuple(
+            Column(f.column.name, f.column.type_name, nullable=f.column.nullable, key=True, unique=True,
+                   unsigned=f.column.unsigned, binary=f.column.binary)
+            if f.name in keys else f.column
+            for f in vs.fields
+        )
+        self._columns[cache_key] = (cols, keys)
+        return cols, keys
+
+    def _key(self, pos: SourcePosition, key: bytes) -> tuple[_Schema, dict[str, Any]]:
+        kid, payload = self._frame(key, "key")
+        ks = self._schema(kid, pos, "key")
+        rec = self._read(ks, payload, "key")
+        return ks, self._values(ks.fields, rec, ks, "key")
+
+    # event builders
+
+    def _row(self, pos: SourcePosition, key: bytes | None, value: bytes, size: int) -> RowChange:
+        ks, kvals = self._key(pos, key) if key is not None else (None, None)
+        vid, payload = self._frame(value, "value")
+        vs = self._schema(vid, pos, "value")
+        if ks is not None and (ks.schema, ks.table) != (vs.schema, vs.table):
+            raise _Bad(
+                f"key schema id {ks.id} is for {ks.schema}.{ks.table} but value schema id {vs.id} is for "
+                f"{vs.schema}.{vs.table}"
+            )
+        rec = self._read(vs, payload, "value")
+        after = self._values(vs.fields, rec, vs, "value")
+        columns, _ = self._columns_for(ks, vs)
+        if kvals is not None:
+            for k, kv in kvals.items():
+                if after.get(k) != kv:
+                    raise _Bad(f"key column {k!r} is {kv!r} in the key but {after.get(k)!r} in the value")
+        if rec.get(EXT_CORRUPTED) is True and EXT_CORRUPTED in vs.extensions:
+            raise _Bad(
+                f"TiCDC flagged this row of {vs.schema}.{vs.table} as corrupted (_tidb_corrupted=true, checksum "
+                f"{rec.get(EXT_CHECKSUM)!r}): upstream data failed its checksum; check TiDB and the changefeed"
+            )
+        commit_ts = 0
+        if EXT_COMMIT_TS in vs.extensions:
+            commit_ts = rec.get(EXT_COMMIT_TS)
+            if type(commit_ts) is not int or commit_ts < 0:
+                raise _Bad(f"{EXT_COMMIT_TS} is {commit_ts!r}, not a commit ts")
+        elif self.gated:
+            raise _Bad(
+                f"value schema id {vs.id} has no {EXT_COMMIT_TS}: enable_watermark needs the changefeed's "
+                "enable-tidb-extension=true (TiCDC only sends watermarks with it)"
+            )
+        op = Op.INSERT
+        if EXT_OP in vs.extensions:
+            raw_op = rec.get(EXT_OP)
+            op = _OPS.get(raw_op)  # type: ignore[arg-type]
+            if op is None:
+                raise _Bad(f"{EXT_OP} is {raw_op!r}; TiCDC writes 'c', 'u' or 'd'")
+        before = None
+        raw_before = rec.get(EXT_BEFORE)
+        if raw_before is not None and vs.before is not None:
+            if not isinstance(raw_before, dict):
+                raise _Bad(f"{EXT_BEFORE} is not a record")
+            before = self._values(vs.before, raw_before, vs, EXT_BEFORE)
+        if op is Op.DELETE:
+            return RowChange(vs.schema, vs.table, commit_ts, Op.DELETE, before or after, None, columns, pos, size)
+        if op is Op.INSERT:
+            before = None
+        return RowChange(vs.schema, vs.table, commit_ts, op, before, after, columns, pos, size)
+
+    def _delete(self, pos: SourcePosition, key: bytes, commit_ts: int, size: int) -> RowChange:
+        ks, kvals = self._key(pos, key)
+        columns, _ = self._columns_for(ks, ks)
+        return RowChange(ks.schema, ks.table, commit_ts, Op.DELETE, kvals, None, columns, pos, size)
+
+    def _tombstone(self, pos: SourcePosition, key: bytes, size: int) -> RowChange:
+        if self.gated:
+            raise _Bad(
+                "delete without a commit ts (key + empty value, as tiflow-era TiCDC sends deletes even with "
+                "avro-enable-watermark): a gated pipeline cannot place it; decode this stream with "
+                "enable_watermark=false (ungated, offset order)"
+            )
+        return self._delete(pos, key, 0, size)
+
+    def _delete_marker(self, pos: SourcePosition, key: bytes, value: bytes, size: int) -> RowChange:
+        if len(value) != 9:
+            raise _Bad(f"delete marker value is {len(value)} bytes; expected 9 (0x03 + 8-byte commit ts)")
+        (ts,) = _U64.unpack_from(value, 1)
+        if ts > _TS_MAX:
+            raise _Bad(f"delete marker commit ts {ts} is out of range")
+        return self._delete(pos, key, ts, size)
+
+    def _need_watermark_mode(self, what: str) -> None:
+        if not self.enable_watermark:
+            raise _Bad(
+                f"{what} (TiCDC's test-only avro-enable-watermark output): decode it with enable_watermark=true"
+            )
+
+    def _watermark(self, pos: SourcePosition, value: bytes) -> Resolved:
+        self._need_watermark_mode("watermark message (value byte 0x02)")
+        if len(value) != 9:
+            raise _Bad(f"watermark value is {len(value)} bytes; expected 9 (0x02 + 8-byte ts)")
+        (ts,) = _U64.unpack_from(value, 1)
+        if ts > _TS_MAX:
+            raise _Bad(f"watermark ts {ts} is out of range")
+        return Resolved(ts, pos)
+
+    def _ddl(self, pos: SourcePosition, value: bytes) -> DDL:
+        self._need_watermark_mode("DDL message (value byte 0x01)")
+        try:
+            doc = orjson.loads(value[1:])
+        except orjson.JSONDecodeError as e:
+            raise _Bad(f"DDL message is not JSON after the 0x01 byte: {e}") from None
+        if not isinstance(doc, dict):
+            raise _Bad("DDL message is not a JSON object")
+        query, schema, table, ts, ddl_type = (doc.get(k) for k in ("query", "schema", "table", "commitTs", "type"))
+        if not isinstance(query, str) or not query:
+            raise _Bad("DDL message has no query")
+        if not isinstance(schema, str) or not isinstance(table, str):
+            raise _Bad("DDL message has no schema/table strings")
+        if type(ts) is not int or not 0 <= ts <= _TS_MAX:
+            raise _Bad(f"DDL commitTs {ts!r} is not a commit ts")
+        if ddl_type is not None and type(ddl_type) is not int:
+            raise _Bad(f"DDL type {ddl_type!r} is not a TiDB action type number")
+        return DDL(schema, table, ts, query, pos, ddl_type=ddl_type, size=len(value))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# encoder (tests, demo, benchmark)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class AvroEncodeError(ValueError):
+    """A RowChange that cannot be written in TiCDC's Avro shape (the message says which column and why)."""
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """Column details TiCDC puts into the schema but the event model does not carry.
+
+    ``allowed``: ENUM/SET members in definition order (also lets integer ordinals/bitmasks be encoded);
+    ``precision``/``scale``: DECIMAL(M, D), default TiDB's DECIMAL(10, 0); ``length``: BIT(M), default 1.
+    """
+
+    allowed: tuple[str, ...] | None = None
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+
+
+_INT_TYPES = frozenset({"tinyint", "smallint", "mediumint"})
+_TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+_BLOB_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+_STRING_TIDB = {"json": "JSON", "date": "DATE", "datetime": "DATETIME", "timestamp": "TIMESTAMP", "time": "TIME",
+                "vector": "TiDBVECTORFloat32"}
+
+
+class AvroEncoder:
+    """Builds TiCDC-shaped key/value schemas from RowChange column metadata, registers them (subjects
+    ``<topic>-key``/``<topic>-value``) and encodes Confluent-framed messages.
+
+    ``enable_tidb_extension`` defaults to True here (TiCDC's own default is false) because the applier's
+    docs ask for it; the other options mirror TiCDC's sink-URI options. ``column_specs`` maps
+    ``"schema.table"`` -> ``{column: ColumnSpec}``.
+    """
+
+    def __init__(
+        self,
+        registry: Any,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        enable_tidb_extension: bool = True,
+        decimal_mode: str = "precise",
+        bigint_unsigned_mode: str = "long",
+        enable_watermark: bool = False,
+        include_before_value: bool = False,
+        column_specs: Mapping[str, Mapping[str, ColumnSpec]] | None = None,
+    ) -> None:
+        if decimal_mode not in DECIMAL_MODES:
+            raise ValueError(f"decimal_mode must be precise or string, got {decimal_mode!r}")
+        if bigint_unsigned_mode not in BIGINT_UNSIGNED_MODES:
+            raise ValueError(f"bigint_unsigned_mode must be long or string, got {bigint_unsigned_mode!r}")
+        if enable_watermark and not enable_tidb_extension:
+            raise ValueError("enable_watermark needs enable_tidb_extension (as in TiCDC)")
+        self.registry = registry
+        self.namespace = namespace
+        self.enable_tidb_extension = enable_tidb_extension
+        self.decimal_mode = decimal_mode
+        self.bigint_unsigned_mode = bigint_unsigned_mode
+        self.enable_watermark = enable_watermark
+        self.include_before_value = include_before_value
+        self.column_specs = {k: dict(v) for k, v in (column_specs or {}).items()}
+        self._ids: dict[tuple[str, bytes], int] = {}
+        self._parsed: dict[bytes, Any] = {}
+
+    # -- schemas ------------------------------------------------------------------------------------------
+
+    def _spec(self, row: RowChange, col: Column) -> ColumnSpec:
+        return self.column_specs.get(f"{row.schema}.{row.table}", {}).get(col.name) or ColumnSpec()
+
+    def column_type(self, col: Column, spec: ColumnSpec | None = None) -> dict[str, Any]:
+        """The Avro type TiCDC writes for one column (without the null union)."""
+        spec = spec or ColumnSpec()
+        base = T.binary_type_name(T.canonical_type_name(col.type_name), col.binary)
+        if base == "bool":
+            base = "tinyint"
+
+        def prim(avro: str, tidb: str, **params: str) -> dict[str, Any]:
+            return {"type": avro, "connect.parameters": {TIDB_TYPE: tidb, **params}}
+
+        if base in _INT_TYPES:
+            return prim("int", "INT UNSIGNED" if col.unsigned else "INT")
+        if base == "int":
+            return prim("long", "INT UNSIGNED") if col.unsigned else prim("int", "INT")
+        if base == "bigint":
+            if col.unsigned:
+                return prim("string" if self.bigint_unsigned_mode == "string" else "long", "BIGINT UNSIGNED")
+            return prim("long", "BIGINT")
+        if base == "float":
+            return prim("float", "FLOAT")
+        if base == "double":
+            return prim("double", "DOUBLE")
+        if base == "bit":
+            return prim("bytes", "BIT", length=str(spec.length if spec.length is not None else 1))
+        if base == "decimal":
+            if self.decimal_mode == "string":
+                return prim("string", "DECIMAL")
+            t = prim("bytes", "DECIMAL")
+            t["logicalType"] = "decimal"
+            t["precision"] = spec.precision if spec.precision is not None else 10
+            t["scale"] = spec.scale if spec.scale is not None else 0
+            return t
+        if base in _TEXT_TYPES:
+            return prim("string", "TEXT")
+        if base in _BLOB_TYPES:
+            return prim("bytes", "BLOB")
+        if base in ("enum", "set"):
+            allowed = ",".join(escape_enum_option(e) for e in (spec.allowed or ()))
+            return prim("string", base.upper(), allowed=allowed)
+        if base in _STRING_TIDB:
+            return prim("string", _STRING_TIDB[base])
+        if base == "year":
+            return prim("int", "YEAR")
+        raise AvroEncodeError(f"column {col.name!r}: MySQL type {col.type_name!r} has no TiCDC Avro mapping")
+
+    def _record(self, row: RowChange, cols: Iterable[Column], name: str) -> dict[str, Any]:
+        fields = []
+        for col in cols:
+            t = self.column_type(col, self._spec(row, col))
+            if col.nullable:
+                fields.append({"name": sanitize_name(col.name), "type": ["null", t], "default": None})
+            else:
+                fields.append({"name": sanitize_name(col.name), "type": t})
+        return {
+            "type": "record",
+            "name": name,
+            "namespace": self._namespace(row),
+            "fields": fields,
+        }
+
+    def _namespace(self, row: RowChange) -> str:
+        ns, s = sanitize_name(self.namespace), sanitize_name(row.schema)
+        return f"{ns}.{s}" if s else ns
+
+    def key_schema(self, row: RowChange) -> dict[str, Any] | None:
+        """The key schema (handle-key columns), or None when the row has no key columns."""
+        keys = [c for c in row.columns if c.key]
+        if not keys:
+            return None
+        return self._record(row, keys, sanitize_name(row.table))
+
+    def value_schema(self, row: RowChange) -> dict[str, Any]:
+        top = self._record(row, row.columns, sanitize_name(row.table))
+        if self.include_before_value:
+            before = self._record(row, row.columns, sanitize_name(row.table) + "_before")
+            top["fields"].append({"name": EXT_BEFORE, "type": ["null", before], "default": None})
+        if self.enable_tidb_extension:
+            top["fields"] += [
+                {"name": EXT_OP, "type": "string", "default": ""},
+                {"name": EXT_COMMIT_TS, "type": "long", "default": 0},
+                {"name": EXT_PHYSICAL_TIME, "type": "long", "default": 0},
+            ]
+        elif self.include_before_value:
+            top["fields"].append({"name": EXT_OP, "type": "string", "default": ""})
+        return top
+
+    # -- values -------------------------------------------------------------------------------------------
+
+    def _datum(self, row: RowChange, col: Column, v: Any) -> Any:
+        if v is None:
+            if not col.nullable:
+                raise AvroEncodeError(f"column {col.name!r} is NOT NULL but the row has no value for it")
+            return None
+        t = self.column_type(col, self._spec(row, col))
+        tidb = t["connect.parameters"][TIDB_TYPE]
+        avro = t["type"]
+        try:
+            if tidb in ("INT", "INT UNSIGNED", "BIGINT", "YEAR"):
+                if type(v) is not int:
+                    raise TypeError(f"expected int, got {type(v).__name__}")
+                return v
+            if tidb == "BIGINT UNSIGNED":
+                if type(v) is not int or not 0 <= v < _TWO64:
+                    raise ValueError(f"{v!r} is not a BIGINT UNSIGNED")
+                if avro == "string":
+                    return str(v)
+                return v - _TWO64 if v >= 1 << 63 else v
+            if tidb in ("FLOAT", "DOUBLE"):
+                return float(v)
+            if tidb == "BIT":
+                if isinstance(v, (bytes, bytearray)):
+                    return bytes(v)
+                if type(v) is not int or not 0 <= v < _TWO64:
+                    raise ValueError(f"{v!r} is not a BIT value")
+                return v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big")
+            if tidb == "DECIMAL":
+                d = v if isinstance(v, Decimal) else T.parse_decimal(str(v)) if not isinstance(v, float) \
+                    else T.parse_decimal(repr(v))
+                if avro == "string":
+                    return T.format_decimal(d)
+                return self._fit_decimal(col, d, t["precision"], t["scale"])
+            if tidb == "BLOB":
+                if not isinstance(v, (bytes, bytearray)):
+                    raise TypeError(f"expected bytes, got {type(v).__name__}")
+                return bytes(v)
+            if tidb in ("ENUM", "SET"):
+                return self._enum_set(row, col, tidb, v)
+            if tidb == "DATE":
+                return T.format_date(v)
+            if tidb in ("DATETIME", "TIMESTAMP"):
+                return T.format_datetime(v)
+            if tidb == "TIME":
+                return T.format_time(v)
+            if type(v) is not str:
+                raise TypeError(f"expected str, got {type(v).__name__}")
+            return v
+        except AvroEncodeError:
+            raise
+        except (TypeError, ValueError, ArithmeticError) as e:
+            raise AvroEncodeError(f"column {col.name!r} ({tidb}): {e}") from None
+
+    @staticmethod
+    def _fit_decimal(col: Column, d: Decimal, precision: int, scale: int) -> Decimal:
+        if not d.is_finite():
+            raise AvroEncodeError(f"column {col.name!r}: {d} is not a finite decimal")
+        q = d
+        if d.as_tuple().exponent != -scale:
+            with localcontext() as ctx:
+                ctx.prec = max(precision, len(d.as_tuple().digits)) + scale + 2
+                q = d.quantize(Decimal(1).scaleb(-scale))
+        if q != d:
+            raise AvroEncodeError(
+                f"column {col.name!r}: {d} has more than {scale} fractional digits; give the column's real "
+                "DECIMAL(M, D) with ColumnSpec(precision=M, scale=D)"
+            )
+        if len(q.as_tuple().digits) > precision and q != 0:
+            raise AvroEncodeError(
+                f"column {col.name!r}: {d} has more than {precision} digits; give the column's real DECIMAL(M, D) "
+                "with ColumnSpec(precision=M, scale=D)"
+            )
+        return q
+
+    def _enum_set(self, row: RowChange, col: Column, tidb: str, v: Any) -> str:
+        if type(v) is str:
+            return v
+        allowed = self._spec(row, col).allowed
+        if type(v) is not int or not allowed:
+            raise AvroEncodeError(
+                f"column {col.name!r} ({tidb}): {v!r} is not a member name; ordinals need ColumnSpec(allowed=...)"
+            )
+        if tidb == "ENUM":
+            if v == 0:
+                return ""
+            if not 1 <= v <= len(allowed):
+                raise AvroEncodeError(f"column {col.name!r}: ENUM ordinal {v} out of range")
+            return allowed[v - 1]
+        if v < 0 or v >> len(allowed):
+            raise AvroEncodeError(f"column {col.name!r}: SET bitmask {v} out of range")
+        return ",".join(m for i, m in enumerate(allowed) if v >> i & 1)
+
+    def _image(self, row: RowChange, cols: Iterable[Column], image: Mapping[str, Any]) -> dict[str, Any]:
+        return {sanitize_name(c.name): self._datum(row, c, image.get(c.name)) for c in cols}
+
+    # -- messages -----------------------------------------------------------------------------------------
+
+    def _register(self, subject: str, schema: dict[str, Any]) -> tuple[int, Any]:
+        text = orjson.dumps(schema)
+        cache_key = (subject, text)
+        schema_id = self._ids.get(cache_key)
+        if schema_id is None:
+            schema_id = self.registry.register(subject, text.decode("utf-8"))
+            self._ids[cache_key] = schema_id
+        parsed = self._parsed.get(text)
+        if parsed is None:
+            parsed = self._parsed[text] = fastavro.parse_schema(schema, _write_hint=False)
+        return schema_id, parsed
+
+    @staticmethod
+    def _frame(schema_id: int, parsed: Any, record: Mapping[str, Any]) -> bytes:
+        buf = io.BytesIO()
+        buf.write(bytes([MAGIC_BYTE]))
+        buf.write(_U32.pack(schema_id))
+        try:
+            fastavro.schemaless_writer(buf, parsed, record)
+        except (TypeError, ValueError, OverflowError, struct.error) as e:
+            raise AvroEncodeError(f"cannot write the Avro record: {e}") from None
+        return buf.getvalue()
+
+    def encode(self, row: RowChange, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+        """The Kafka (key, value) messages TiCDC would send for ``row``: one, or two (delete of the old key,
+        then insert) for an update that changes the key, as TiCDC splits those for non-MySQL sinks."""
+        key_cols = [c for c in row.columns if c.key]
+        if row.op is Op.UPDATE and row.before and key_cols and row.after is not None:
+            if any(c.name in row.before and row.before[c.name] != row.after.get(c.name) for c in key_cols):
+                old = RowChange(row.schema, row.table, row.commit_ts, Op.DELETE, row.before, None, row.columns,
+                                row.position)
+                new = RowChange(row.schema, row.table, row.commit_ts, Op.INSERT, None, row.after, row.columns,
+                                row.position)
+                return self.encode(old, topic) + self.encode(new, topic)
+        subject_base = sanitize_topic(topic)
+        image = row.before if row.op is Op.DELETE else row.after
+        if image is None:
+            raise AvroEncodeError(f"{row.op.value} on {row.schema}.{row.table} carries no row image")
+        key = None
+        ks = self.key_schema(row)
+        if ks is not None:
+            for c in key_cols:
+                if c.name not in image:
+                    raise AvroEncodeError(f"{row.op.value} row lacks key column {c.name!r}")
+            kid, kparsed = self._register(subject_base + KEY_SUFFIX, ks)
+            key = self._frame(kid, kparsed, self._image(row, key_cols, image))
+        if row.op is Op.DELETE and not self.include_before_value:
+            if key is None:
+                raise AvroEncodeError(f"delete on {row.schema}.{row.table}: a table without a key column cannot "
+                                      "send deletes in TiCDC's avro protocol")
+            if self.enable_watermark:
+                return [(key, bytes([DELETE_BYTE]) + _U64.pack(row.commit_ts))]
+            return [(key, None)]
+        vs = self.value_schema(row)
+        vid, vparsed = self._register(subject_base + VALUE_SUFFIX, vs)
+        record = self._image(row, row.columns, image)
+        if self.include_before_value:
+            record[EXT_BEFORE] = None
+            if row.op in (Op.UPDATE, Op.DELETE) and row.before is not None:
+                merged = dict(row.after or {})
+                merged.update(row.before)
+                record[EXT_BEFORE] = self._image(row, row.columns, merged)
+        op = {Op.INSERT: OP_INSERT, Op.UPDATE: OP_UPDATE, Op.DELETE: OP_DELETE}[row.op]
+        if self.enable_tidb_extension:
+            record[EXT_OP] = op
+            record[EXT_COMMIT_TS] = row.commit_ts
+            record[EXT_PHYSICAL_TIME] = row.commit_ts >> 18
+        elif self.include_before_value:
+            record[EXT_OP] = op
+        return [(key, self._frame(vid, vparsed, record))]
+
+    def encode_resolved(self, ts: int) -> tuple[None, bytes]:
+        """A watermark message (test-only avro-enable-watermark): nil key, 0x02 + 8-byte big-endian ts."""
+        if not self.enable_watermark:
+            raise AvroEncodeError("watermarks exist only with enable_watermark=True")
+        return None, bytes([CHECKPOINT_BYTE]) + _U64.pack(ts)
+
+    def encode_ddl(self, ddl: DDL) -> tuple[None, bytes]:
+        """A DDL message (test-only avro-enable-watermark): nil key, 0x01 + JSON."""
+        if not self.enable_watermark:
+            raise AvroEncodeError("DDL messages exist only with enable_watermark=True")
+        doc = {"query": ddl.query, "type": ddl.ddl_type if isinstance(ddl.ddl_type, int) else 0,
+               "schema": ddl.schema, "table": ddl.table, "commitTs": ddl.commit_ts}
+        return None, bytes([DDL_BYTE]) + T.go_json_dumps(doc)

@@ -1,0 +1,1184 @@
+"""TiCDC Simple protocol (``protocol=simple``), JSON and Avro encodings: decoder and a TiCDC-faithful encoder.
+
+One Kafka value is one message; TiCDC sends no key (``None``). Message kinds (``type``):
+
+* ``WATERMARK``: ``commitTs`` is the partition's watermark -> :class:`~applier.events.Resolved`.
+* ``BOOTSTRAP``: ``tableSchema`` describes a table at one schema version (``commitTs`` is always 0) ->
+  :class:`~applier.events.TableSchema`. TiCDC sends one when it first writes a table, then again every
+  ``send-bootstrap-interval-in-sec`` (default 120) seconds or every ``send-bootstrap-in-msg-count`` (default
+  10000) row messages of the table, to every partition (``send-bootstrap-to-all-partition``, default true);
+  ``send-all-bootstrap-at-start`` sends one for every table when the changefeed starts. A negative interval or
+  count disables bootstrap messages (tiflow pkg/config/sink.go, pkg/sink/codec/bootstraper.go).
+* DDL (``CREATE ALTER ERASE RENAME TRUNCATE CINDEX DINDEX QUERY``): ``sql``, ``commitTs``, ``tableSchema``
+  (the table after the DDL; absent for e.g. DROP DATABASE) and ``preTableSchema`` (before; RENAME, ALTER,
+  TRUNCATE, ...) -> :class:`~applier.events.DDL` with ``ddl_type`` = the Simple type string, schema/table
+  from ``tableSchema`` (else ``preTableSchema``, else ""). Both schemas also enter the schema cache.
+* DML (``INSERT UPDATE DELETE``): ``database``, ``table``, ``commitTs``, ``schemaVersion``, ``data`` (new row)
+  and ``old`` (old row) -> :class:`~applier.events.RowChange`. An UPDATE's ``before`` is ``data`` overlaid
+  with ``old`` (TiCDC's decoder does the same), so a partial ``old`` still gives a whole old row.
+
+Message layout (tiflow/ticdc ``pkg/sink/codec/simple/message.go``): JSON is Go's ``encoding/json`` output of one
+struct (``version, database, table, tableID, type, sql, commitTs, buildTs, schemaVersion, claimCheckLocation,
+handleKeyOnly, checksum, data, old, tableSchema, preTableSchema``, empty ones omitted; ``data``/``old`` keys
+sorted). A table schema is ``{"schema", "table", "tableID", "version", "columns": [{"name", "dataType":
+{"mysqlType", "charset", "collate", "length", "decimal", "elements", "unsigned", "zerofill"}, "nullable",
+"default"}], "indexes": [{"name", "unique", "primary", "nullable", "columns"}]}``. Avro
+(``encoding_format="avro"``) writes the same content with the schema in ``simple_avro_schema.json``: a byte-for-
+byte copy of tiflow ``pkg/sink/codec/simple/message.json`` (identical from v8.0.0 to today, and in pingcap/ticdc)
+- a top-level union whose branch 11 is ``Message{type, payload: Watermark|Bootstrap|DDL|DML}``; the table
+schema's name field is ``database`` there. The pre-release variant from tiflow's Java example
+(``examples/java/src/main/resources/schema.avsc``: branch 9, no ``Message.type``, no Timestamp/UnsignedBigint
+records) is recognised by its first byte and decoded too; its schema is derived from the current one by
+:func:`legacy_avro_schema`. The v7.6.0 (experimental) layout without a ``Message`` record is rejected.
+
+Values (how TiCDC's encoders write them, and what this decoder returns):
+
+===========================  =========================================  ===================================
+column type                  JSON / Avro on the wire                    Python value
+===========================  =========================================  ===================================
+tinyint..bigint, year        decimal string / long                      int (range-checked for the type)
+bigint unsigned              decimal string / UnsignedBigint{value}     int 0..2**64-1 (Avro value is the
+                             (two's complement in a long)               uint64 bits in an int64)
+bit                          decimal string of the bits / string (ticdc) int
+                             or long (tiflow)
+enum, set                    ordinal / bitmask as string / long         int (as TiCDC sends them)
+float, double                shortest text / float, double              float (FLOAT: float32 precision)
+decimal                      string                                     Decimal (scale kept)
+date, datetime, time         string                                     date, datetime, timedelta (types.py)
+timestamp                    {"location", "value"} / Timestamp record   naive datetime of ``value``
+char..longtext, json,        string                                     str
+vector
+binary, varbinary, *blob     base64 string / bytes                      bytes
+===========================  =========================================  ===================================
+
+A column is binary when its ``mysqlType`` contains "binary" or "blob" (TiCDC's own rule) or when it is a
+character type with the ``binary`` charset. TIMESTAMP values are the wall-clock time in ``location`` (the
+changefeed's time-zone); like TiCDC's own consumer the decoder keeps the wall-clock value and drops the zone,
+so writers must use the same session time zone.
+
+Column metadata comes from the cached table schema: ``key`` = the primary index columns, or, without one,
+TiCDC's handle index (the unique index whose columns are all NOT NULL with the fewest columns, first in order);
+``unique`` = the column is in any unique index; ``nullable``/``unsigned`` from the column; ``binary`` as above.
+The schema does not say which columns are generated: TiCDC omits virtual generated columns from ``data``/
+``old``, so :attr:`RowChange.columns` lists only the columns present in the message (in schema order) and
+``generated`` is always False.
+
+Schema cache and held messages: a DML message is decoded with the table schema of exactly its (database,
+table, schemaVersion), as TiCDC's consumer does. A consumer that starts mid-stream has no schema for a table
+until a BOOTSTRAP or a DDL carrying it arrives; until then the decoder HOLDS the table's DML messages (the raw
+:class:`KafkaMessage`, after validating everything that does not need the schema) in arrival order and returns
+nothing for them. The :meth:`SimpleDecoder.decode` call whose message delivers the schema returns the schema's
+own event first (TableSchema; for a DDL, the DDL event with the released rows committed before it moved in
+front of it) followed by the released rows in arrival order, so commit order per table is kept. The pipeline
+asks :meth:`SimpleDecoder.held_offsets` and :meth:`SimpleDecoder.held_min_commit_ts` so it never commits
+offsets past, nor applies at or above, anything held. ``max_held_messages_per_table`` bounds the hold; beyond
+it decode() raises DecodeError (enable bootstrap messages, or start the changefeed before the table existed).
+
+Rejected with DecodeError (like TiCDC's consumer needs extra services for them): claim-check messages
+(``claimCheckLocation``), handle-key-only INSERT/UPDATE (``handleKeyOnly``; a handle-key-only DELETE is complete
+and accepted), rows whose ``checksum.corrupted`` is true, compressed values (``large-message-handle-
+compression``), protocol ``version`` other than 1.
+
+Errors: anything malformed (bad JSON/Avro, unknown message/DDL/DML type, a DML column not in the cached schema,
+a value that does not convert, ...) raises :class:`applier.events.DecodeError` (protocol "simple") naming the
+message's topic/partition/offset; nothing else escapes decode(). When a *held* message turns out to be bad at
+the moment its schema arrives, the DecodeError names the held message's position and carries it as
+``error.held_message``; everything decoded so far in that call (including the current message's own events) is
+kept and returned first by the next decode() call (and counted by held_offsets()/held_min_commit_ts() meanwhile),
+so quarantining never loses a good event.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import io
+import json
+import re
+import time
+from decimal import Decimal
+from importlib import resources
+from typing import Any, Callable, NamedTuple
+
+import orjson
+
+from applier.codecs import types as T
+from applier.events import (
+    DDL,
+    Column,
+    DecodeError,
+    KafkaMessage,
+    Op,
+    Resolved,
+    RowChange,
+    TableSchema,
+)
+
+__all__ = [
+    "SimpleDecoder",
+    "encode_simple",
+    "encode_bootstrap",
+    "avro_schema",
+    "legacy_avro_schema",
+    "DDL_TYPES",
+    "simple_ddl_type",
+]
+
+PROTOCOL = "simple"
+PROTOCOL_VERSION = 1
+
+MSG_WATERMARK = "WATERMARK"
+MSG_BOOTSTRAP = "BOOTSTRAP"
+MSG_DDL = "DDL"
+MSG_DML = "DML"
+DML_TYPES = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
+#: the DDL message types, in the order of the Avro DDLType enum
+DDL_TYPES = ("CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY")
+_DDL_TYPE_SET = frozenset(DDL_TYPES)
+
+_NS = "com.pingcap.simple.avro."
+AVRO_MESSAGE = _NS + "Message"
+AVRO_WATERMARK = _NS + "Watermark"
+AVRO_BOOTSTRAP = _NS + "Bootstrap"
+AVRO_DDL = _NS + "DDL"
+AVRO_DML = _NS + "DML"
+AVRO_TABLE_SCHEMA = _NS + "TableSchema"
+AVRO_TIMESTAMP = _NS + "Timestamp"
+AVRO_UNSIGNED_BIGINT = _NS + "UnsignedBigint"
+_PAYLOAD_KIND = {AVRO_WATERMARK: MSG_WATERMARK, AVRO_BOOTSTRAP: MSG_BOOTSTRAP, AVRO_DDL: MSG_DDL, AVRO_DML: MSG_DML}
+
+# First byte of an Avro message = zigzag varint of the top-level union branch holding ``Message``.
+_AVRO_CURRENT_TAG = 0x16  # branch 11 (message.json since v8.0.0)
+_AVRO_LEGACY_TAG = 0x12  # branch 9 (tiflow examples/java schema.avsc, pre-release)
+
+_U64 = 2**64
+_MASK64 = _U64 - 1
+_DEFAULT_MAX_HELD = 100_000
+
+_INT_RANGES = {
+    "tinyint": ((-(2**7), 2**7 - 1), (0, 2**8 - 1)),
+    "smallint": ((-(2**15), 2**15 - 1), (0, 2**16 - 1)),
+    "mediumint": ((-(2**23), 2**23 - 1), (0, 2**24 - 1)),
+    "int": ((-(2**31), 2**31 - 1), (0, 2**32 - 1)),
+    "bigint": ((-(2**63), 2**63 - 1), (0, 2**64 - 1)),
+    "year": ((0, 2155), (0, 2155)),
+    "bit": ((0, _MASK64), (0, _MASK64)),
+    "enum": ((0, _MASK64), (0, _MASK64)),
+    "set": ((0, _MASK64), (0, _MASK64)),
+}
+_CHAR_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+
+_INT_RE = re.compile(r"-?[0-9]{1,20}")
+_FLOAT_RE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
+_DECIMAL_RE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+class _Bad(Exception):
+    """Internal: reason for a DecodeError about the message being decoded (decode() adds the position)."""
+
+
+class _HeldBad(Exception):
+    """Internal: a held message failed to decode when its schema arrived."""
+
+    def __init__(self, held: "_Held", reason: str) -> None:
+        super().__init__(reason)
+        self.held = held
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Avro schema
+# ---------------------------------------------------------------------------------------------------------
+
+_SCHEMA_FILE = "simple_avro_schema.json"
+_avro_cache: dict[str, Any] = {}
+
+
+def avro_schema() -> list:
+    """The Simple protocol Avro schema (a fresh copy of tiflow's message.json, as JSON data)."""
+    return json.loads(resources.files("applier.codecs").joinpath(_SCHEMA_FILE).read_bytes())
+
+
+def legacy_avro_schema() -> list:
+    """The pre-release Avro schema of tiflow's Java example (schema.avsc), derived from the current one:
+    no Timestamp/UnsignedBigint records, Watermark/Bootstrap carry a string ``type``, row values are
+    ``null|int|long|float|double|string|boolean|bytes`` and Message has only ``payload``."""
+    out = []
+    for rec in avro_schema():
+        name = rec["name"]
+        if name in ("Timestamp", "UnsignedBigint"):
+            continue
+        rec = dict(rec)
+        fields = [dict(f) for f in rec["fields"]]
+        if name in ("Watermark", "Bootstrap"):
+            fields.insert(1, {"name": "type", "type": "string"})
+        elif name == "DML":
+            for f in fields:
+                if f["name"] in ("data", "old"):
+                    f["type"] = ["null", {"type": "map", "values": ["null", "int", "long", "float", "double",
+                                                                    "string", "boolean", "bytes"],
+                                          "default": None}]
+        elif name == "Message":
+            fields = [f for f in fields if f["name"] != "type"]
+        rec["fields"] = fields
+        out.append(rec)
+    return out
+
+
+def _parsed_schemas() -> tuple[Any, Any]:
+    """(current, legacy) parsed fastavro schemas, built once."""
+    hit = _avro_cache.get("parsed")
+    if hit is None:
+        import fastavro
+
+        hit = (fastavro.parse_schema(avro_schema()), fastavro.parse_schema(legacy_avro_schema()))
+        _avro_cache["parsed"] = hit
+    return hit
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Table schemas
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Entry:
+    """One table at one schema version: the Columns and a value converter per column."""
+
+    __slots__ = ("schema", "table", "version", "table_id", "columns", "convs", "by_name")
+
+    def __init__(self, schema: str, table: str, version: int, table_id: int, columns: tuple[Column, ...],
+                 convs: dict[str, Callable[[Any], Any]]) -> None:
+        self.schema = schema
+        self.table = table
+        self.version = version
+        self.table_id = table_id
+        self.columns = columns
+        self.convs = convs
+        self.by_name = {c.name: c for c in columns}
+
+    def columns_present(self, a: dict | None, b: dict | None) -> tuple[Column, ...]:
+        n = len(self.columns)
+        if a is not None and len(a) == n and (b is None or len(b) == n):
+            return self.columns  # every column present (the names were checked by the converters)
+        return tuple(c for c in self.columns if (a is not None and c.name in a) or (b is not None and c.name in b))
+
+
+def _get(obj: dict, key: str, kinds: tuple[type, ...], what: str, default: Any = ...) -> Any:
+    v = obj.get(key, default)
+    if v is ...:
+        raise _Bad(f"{what} has no '{key}'")
+    if v is None and default is None:
+        return None
+    if type(v) not in kinds:
+        raise _Bad(f"{what} '{key}' must be {'/'.join(k.__name__ for k in kinds)} (got {v!r:.60})")
+    return v
+
+
+def _uint(v: Any, what: str, avro: bool) -> int:
+    """A uint64 field: JSON gives it as is; Avro carries the uint64 bits in a long."""
+    if type(v) is not int:
+        raise _Bad(f"{what} must be an integer (got {v!r:.40})")
+    if avro:
+        return v & _MASK64
+    if v < 0 or v > _MASK64:
+        raise _Bad(f"{what} {v} is out of range for uint64")
+    return v
+
+
+def _parse_table_schema(raw: Any, avro: bool, what: str) -> _Entry:
+    if type(raw) is not dict:
+        raise _Bad(f"{what} is a {type(raw).__name__}, expected an object")
+    schema = _get(raw, "database" if avro else "schema", (str,), what)
+    table = _get(raw, "table", (str,), what)
+    table_id = _get(raw, "tableID", (int,), what, 0)
+    version = _uint(_get(raw, "version", (int,), what), f"{what} 'version'", avro)
+    raw_cols = _get(raw, "columns", (list,), what, None) or []
+    raw_idx = _get(raw, "indexes", (list,), what, None) or []
+
+    cols: list[tuple[str, str, bool, bool, bool]] = []  # name, base type, nullable, unsigned, binary
+    names: set[str] = set()
+    for i, rc in enumerate(raw_cols):
+        cw = f"{what} column {i}"
+        if type(rc) is not dict:
+            raise _Bad(f"{cw} is a {type(rc).__name__}, expected an object")
+        name = _get(rc, "name", (str,), cw)
+        if name in names:
+            raise _Bad(f"{what} lists column {name!r} twice")
+        names.add(name)
+        dt = rc.get("dataType")
+        if type(dt) is not dict:
+            raise _Bad(f"{what} column {name!r} has no 'dataType' object")
+        mysql_type = _get(dt, "mysqlType", (str,), f"{what} column {name!r} dataType")
+        charset = dt.get("charset")
+        unsigned_flag = dt.get("unsigned")
+        if unsigned_flag is not None and type(unsigned_flag) is not bool:
+            raise _Bad(f"{what} column {name!r}: 'unsigned' must be a boolean")
+        nullable = _get(rc, "nullable", (bool,), f"{what} column {name!r}", True)
+        base, unsigned = T.split_mysql_type(mysql_type)
+        if base not in T.KNOWN_TYPES:
+            raise _Bad(f"{what} column {name!r}: unknown mysqlType {mysql_type!r:.60}")
+        unsigned = unsigned or bool(unsigned_flag)
+        mt = mysql_type.lower()
+        binary = base in T.BINARY_TYPES or "blob" in mt or "binary" in mt or (
+            base in _CHAR_TYPES and charset == "binary")
+        if binary and base in _CHAR_TYPES:
+            base = T.binary_type_name(base, True)
+        elif base not in T.BINARY_TYPES:
+            binary = False  # enum('binary') and the like: a name mentioning it, not a binary column
+        cols.append((name, base, nullable, unsigned, binary))
+
+    primary: list[str] | None = None
+    unique_cols: set[str] = set()
+    handle: list[str] | None = None
+    not_null = {c[0] for c in cols if not c[2]}
+    for i, ri in enumerate(raw_idx):
+        iw = f"{what} index {i}"
+        if type(ri) is not dict:
+            raise _Bad(f"{iw} is a {type(ri).__name__}, expected an object")
+        is_unique = _get(ri, "unique", (bool,), iw, False)
+        is_primary = _get(ri, "primary", (bool,), iw, False)
+        idx_nullable = _get(ri, "nullable", (bool,), iw, False)
+        icols = _get(ri, "columns", (list,), iw, None) or []
+        if any(type(c) is not str for c in icols):
+            raise _Bad(f"{iw}: 'columns' must be a list of column names")
+        if is_primary:
+            missing = [c for c in icols if c not in names]
+            if missing or not icols:
+                raise _Bad(f"{what}: primary index names unknown columns {missing or icols!r:.80}")
+            primary = list(icols)
+        if is_unique or is_primary:
+            unique_cols.update(c for c in icols if c in names)
+            if (not is_primary and not idx_nullable and icols and all(c in not_null for c in icols)
+                    and (handle is None or len(icols) < len(handle))):
+                handle = list(icols)
+    key_cols = set(primary if primary is not None else (handle or ()))
+
+    columns: list[Column] = []
+    convs: dict[str, Callable[[Any], Any]] = {}
+    for name, base, nullable, unsigned, binary in cols:
+        columns.append(Column(name=name, type_name=base, nullable=nullable, key=name in key_cols,
+                              unique=name in unique_cols, unsigned=unsigned, binary=binary))
+        convs[name] = _converter(base, unsigned, binary)
+    return _Entry(schema, table, version, table_id, tuple(columns), convs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Value converters (one per column; accept both the JSON and the Avro wire forms)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _converter(base: str, unsigned: bool, binary: bool) -> Callable[[Any], Any]:
+    if base in _INT_RANGES:
+        lo, hi = _INT_RANGES[base][1 if unsigned else 0]
+        ubig = base == "bigint" and unsigned
+        bits64 = ubig or base in ("bit", "enum", "set")
+
+        def to_int(v: Any) -> int:
+            t = type(v)
+            if t is str:
+                if _INT_RE.fullmatch(v) is None:
+                    raise ValueError("not a decimal integer")
+                n = int(v)
+            elif t is int:
+                n = v
+                if n < 0 and bits64:  # uint64 bits carried in an Avro long (SET, tiflow's BIT, old layout)
+                    n &= _MASK64
+            elif t is tuple and ubig and v[0] == AVRO_UNSIGNED_BIGINT:
+                n = v[1]["value"]
+                if type(n) is not int:
+                    raise TypeError("UnsignedBigint value must be a long")
+                n &= _MASK64
+            else:
+                raise TypeError(f"expected an integer, got {_wire_type(v)}")
+            if n < lo or n > hi:
+                raise ValueError(f"{n} is out of range for {base}{' unsigned' if unsigned else ''}")
+            return n
+
+        return to_int
+    if base in T.FLOAT_TYPES:
+        single = base == "float"
+
+        def to_float(v: Any) -> float:
+            t = type(v)
+            if t is str:
+                if _FLOAT_RE.fullmatch(v) is None:
+                    raise ValueError("not a decimal number")
+                f = float(v)
+            elif t is float or t is int:
+                f = float(v)
+            else:
+                raise TypeError(f"expected a number, got {_wire_type(v)}")
+            if f - f != 0.0:
+                raise ValueError("not a finite number")
+            if single:
+                try:
+                    return T.shortest_float32(f)
+                except OverflowError:
+                    raise ValueError("out of range for FLOAT (float32)") from None
+            return f
+
+        return to_float
+    if base == "decimal":
+
+        def to_decimal(v: Any) -> Decimal:
+            if type(v) is not str:
+                raise TypeError(f"expected decimal text, got {_wire_type(v)}")
+            if len(v) > 200 or _DECIMAL_RE.fullmatch(v) is None:
+                raise ValueError("not a decimal number")
+            return Decimal(v)
+
+        return to_decimal
+    if base == "timestamp":
+
+        def to_timestamp(v: Any) -> Any:
+            t = type(v)
+            if t is dict:  # JSON: {"location": zone, "value": text}
+                v = v["value"]
+            elif t is tuple and v[0] == AVRO_TIMESTAMP:
+                v = v[1]["value"]
+            return T.parse_datetime(v)  # a plain string: pre-release layouts
+
+        return to_timestamp
+    if binary or base in T.BINARY_TYPES:
+
+        def to_bytes(v: Any) -> bytes:
+            t = type(v)
+            if t is bytes:  # Avro
+                return v
+            if t is str:  # JSON (and TiCDC's decoder does the same for a string in Avro)
+                return T.b64decode_strict(v)
+            raise TypeError(f"expected base64 text or bytes, got {_wire_type(v)}")
+
+        return to_bytes
+    if base == "null":
+
+        def to_null(v: Any) -> None:
+            raise TypeError(f"a NULL-typed column holds {_wire_type(v)}")
+
+        return to_null
+    if base == "geometry":
+
+        def to_geometry(v: Any) -> None:
+            raise ValueError("GEOMETRY is not supported (TiCDC does not replicate it)")
+
+        return to_geometry
+    return T.text_converter(base)  # date, datetime, time (strict parsers) and the text types (str only)
+
+
+def _wire_type(v: Any) -> str:
+    if type(v) is tuple and v and isinstance(v[0], str):
+        return v[0].rsplit(".", 1)[-1]
+    return type(v).__name__
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decoder
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Held(NamedTuple):
+    msg: KafkaMessage
+    commit_ts: int
+    version: int
+
+
+class _Msg(NamedTuple):
+    """A parsed message, normalised across JSON and Avro."""
+
+    kind: str  # WATERMARK / BOOTSTRAP / DDL / DML
+    type: str  # WATERMARK / BOOTSTRAP / a DDL type / a DML type
+    commit_ts: int
+    body: dict
+    avro: bool
+
+
+class SimpleDecoder:
+    """Decoder for TiCDC's Simple protocol. Gated: the protocol carries watermarks."""
+
+    name = PROTOCOL
+    gated = True
+
+    def __init__(self, *, encoding_format: str = "json", max_held_messages_per_table: int = _DEFAULT_MAX_HELD) -> None:
+        if encoding_format not in ("json", "avro"):
+            raise ValueError(f"encoding_format must be 'json' or 'avro', got {encoding_format!r}")
+        if isinstance(max_held_messages_per_table, bool) or not isinstance(max_held_messages_per_table, int) \
+                or max_held_messages_per_table < 1:
+            raise ValueError("max_held_messages_per_table must be a positive integer")
+        self.encoding_format = encoding_format
+        self.max_held_messages_per_table = max_held_messages_per_table
+        if encoding_format == "avro":
+            self._schemas_avro = _parsed_schemas()
+        self._cache: dict[tuple[str, str, int], _Entry] = {}
+        self._held: dict[tuple[str, str], list[_Held]] = {}
+        self._pending: set[tuple[str, str]] = set()  # tables with held messages whose schema is known
+        self._ready: list = []  # events decoded by a call that then raised for a held message
+        self._hold_summary: tuple[dict[tuple[str, int], int], int | None] | None = ({}, None)
+
+    # -- the Decoder protocol -------------------------------------------------------------------------------
+
+    def decode(self, msg: KafkaMessage) -> list:
+        """The events of one Kafka record (plus any held rows it releases). Raises only DecodeError."""
+        out = self._ready
+        self._ready = []
+        if out:
+            self._hold_summary = None
+        try:
+            self._decode(msg, out)
+            if self._pending:  # held rows left behind when a held message failed in an earlier call
+                pending, self._pending = self._pending, set()
+                for key in sorted(pending):
+                    self._release(key, out)
+            return out
+        except _HeldBad as e:
+            self._ready = out
+            self._hold_summary = None
+            h = e.held
+            where = msg.position
+            err = DecodeError(
+                h.msg.position,
+                f"held row message (waiting for the schema of its table) cannot be decoded now that the "
+                f"schema arrived (in the message at {where}): {e.reason}",
+                protocol=PROTOCOL,
+            )
+            err.held_message = h.msg  # type: ignore[attr-defined]
+            raise err from None
+        except DecodeError:
+            self._ready = out
+            self._hold_summary = None
+            raise
+        except _Bad as e:
+            self._ready = out
+            self._hold_summary = None
+            raise DecodeError(msg.position, str(e), protocol=PROTOCOL) from None
+        except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
+            self._ready = out
+            self._hold_summary = None
+            raise DecodeError(msg.position, f"unexpected {type(e).__name__} while decoding: {e}",
+                              protocol=PROTOCOL) from e
+
+    def held_offsets(self) -> dict[tuple[str, int], int]:
+        """Per (topic, partition): the lowest offset of any message the decoder holds (held rows waiting for
+        their table's schema, and events decoded but not yet returned)."""
+        return dict(self._summary()[0])
+
+    def held_min_commit_ts(self) -> int | None:
+        """The smallest commit ts among held rows (and not yet returned events); None when nothing is held."""
+        return self._summary()[1]
+
+    def held_count(self) -> int:
+        """How many row messages are held waiting for a table schema."""
+        return sum(len(v) for v in self._held.values())
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _summary(self) -> tuple[dict[tuple[str, int], int], int | None]:
+        s = self._hold_summary
+        if s is not None:
+            return s
+        offsets: dict[tuple[str, int], int] = {}
+        min_ts: int | None = None
+        for lst in self._held.values():
+            for h in lst:
+                tp = (h.msg.topic, h.msg.partition)
+                if h.msg.offset < offsets.get(tp, h.msg.offset + 1):
+                    offsets[tp] = h.msg.offset
+                if min_ts is None or h.commit_ts < min_ts:
+                    min_ts = h.commit_ts
+        for ev in self._ready:
+            p = ev.position
+            if p is not None:
+                tp = (p.topic, p.partition)
+                if p.offset < offsets.get(tp, p.offset + 1):
+                    offsets[tp] = p.offset
+            if isinstance(ev, (RowChange, DDL)) and (min_ts is None or ev.commit_ts < min_ts):
+                min_ts = ev.commit_ts
+        s = (offsets, min_ts)
+        self._hold_summary = s
+        return s
+
+    def _parse(self, msg: KafkaMessage) -> _Msg:
+        value = msg.value
+        if value is None or len(value) == 0:
+            raise _Bad("empty value (a tombstone?); every simple protocol message has a value")
+        if self.encoding_format == "json":
+            return self._parse_json(value)
+        return self._parse_avro(value)
+
+    def _parse_json(self, value: bytes) -> _Msg:
+        try:
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            first = value[:1]
+            hint = ""
+            if first in (b"\x16", b"\x12"):
+                hint = " (it looks like Avro: set encoding_format='avro')"
+            elif first != b"{":
+                hint = " (compressed with large-message-handle-compression? that is not supported)"
+            raise _Bad(f"value is not valid JSON{hint}: {e}") from None
+        if type(obj) is not dict:
+            raise _Bad(f"value is a JSON {type(obj).__name__}, expected an object")
+        version = obj.get("version")
+        if version != PROTOCOL_VERSION or type(version) is not int:
+            raise _Bad(f"unsupported simple protocol version {version!r:.40} (expected {PROTOCOL_VERSION})")
+        mtype = obj.get("type")
+        if type(mtype) is not str:
+            raise _Bad(f"'type' must be a string (got {mtype!r:.40})")
+        if mtype == MSG_WATERMARK or mtype == MSG_BOOTSTRAP:
+            kind = mtype
+        elif mtype in DML_TYPES:
+            kind = MSG_DML
+        elif mtype in _DDL_TYPE_SET:
+            kind = MSG_DDL
+        else:
+            raise _Bad(f"unknown message type {mtype!r:.40}")
+        ts = obj.get("commitTs", 0)
+        commit_ts = _uint(ts, "'commitTs'", False)
+        return _Msg(kind, mtype, commit_ts, obj, False)
+
+    def _parse_avro(self, value: bytes) -> _Msg:
+        import fastavro
+
+        current, legacy = self._schemas_avro
+        tag = value[0]
+        if tag == _AVRO_CURRENT_TAG:
+            schema = current
+        elif tag == _AVRO_LEGACY_TAG:
+            schema = legacy
+        else:
+            hint = " (it looks like JSON: set encoding_format='json')" if tag == 0x7B else ""
+            raise _Bad(f"not a simple protocol Avro message: first byte 0x{tag:02x} is not the Message "
+                       f"branch of the schema union (0x16){hint}")
+        bio = io.BytesIO(value)
+        try:
+            native = fastavro.schemaless_reader(bio, schema, None, return_record_name=True,
+                                                return_record_name_override=True)
+        except Exception as e:  # noqa: BLE001 - fastavro raises many kinds for bad bytes
+            raise _Bad(f"invalid Avro data: {type(e).__name__}: {e}") from None
+        if bio.tell() != len(value):
+            raise _Bad(f"invalid Avro data: {len(value) - bio.tell()} trailing bytes after the message")
+        if type(native) is not tuple or native[0] != AVRO_MESSAGE:
+            raise _Bad("Avro value is not a com.pingcap.simple.avro.Message")
+        m = native[1]
+        payload = m["payload"]
+        pname, body = payload
+        kind = _PAYLOAD_KIND.get(pname)
+        if kind is None:  # pragma: no cover - the schema allows no other branch
+            raise _Bad(f"unknown Avro payload {pname!r}")
+        mtype_field = m.get("type")
+        if mtype_field is not None and mtype_field != kind:
+            raise _Bad(f"Message type {mtype_field!r} does not match its payload {pname.rsplit('.', 1)[-1]}")
+        version = body.get("version")
+        if version != PROTOCOL_VERSION:
+            raise _Bad(f"unsupported simple protocol version {version!r:.40} (expected {PROTOCOL_VERSION})")
+        if kind == MSG_DDL or kind == MSG_DML:
+            mtype = body["type"]
+        else:
+            mtype = kind
+        commit_ts = _uint(body.get("commitTs", 0), "'commitTs'", True)
+        return _Msg(kind, mtype, commit_ts, body, True)
+
+    def _decode(self, msg: KafkaMessage, out: list) -> None:
+        m = self._parse(msg)
+        pos = msg.position
+        if m.kind == MSG_WATERMARK:
+            out.append(Resolved(ts=m.commit_ts, position=pos))
+            return
+        if m.kind == MSG_BOOTSTRAP:
+            raw = m.body.get("tableSchema")
+            if raw is None:
+                raise _Bad("BOOTSTRAP message has no 'tableSchema'")
+            entry = self._learn(_parse_table_schema(raw, m.avro, "'tableSchema'"))
+            if not entry.table:
+                raise _Bad("BOOTSTRAP 'tableSchema' names no table")
+            out.append(TableSchema(schema=entry.schema, table=entry.table, version=entry.version,
+                                   columns=entry.columns, position=pos))
+            self._release((entry.schema, entry.table), out)
+            return
+        if m.kind == MSG_DDL:
+            self._ddl(m, msg, out)
+            return
+        self._dml_or_hold(m, msg, out)
+
+    def _learn(self, entry: _Entry) -> _Entry:
+        """Put a table schema into the cache (the first copy of a (schema, table, version) wins)."""
+        if not entry.schema or not entry.table:
+            return entry
+        key = (entry.schema, entry.table, entry.version)
+        have = self._cache.get(key)
+        if have is not None:
+            return have
+        self._cache[key] = entry
+        return entry
+
+    def _ddl(self, m: _Msg, msg: KafkaMessage, out: list) -> None:
+        body = m.body
+        what = f"{m.type} DDL message"
+        query = body.get("sql")
+        if type(query) is not str:
+            raise _Bad(f"{what} has no 'sql' string")
+        after = before = None
+        raw = body.get("tableSchema")
+        if raw is not None:
+            after = _parse_table_schema(raw, m.avro, "'tableSchema'")
+        raw = body.get("preTableSchema")
+        if raw is not None:
+            before = _parse_table_schema(raw, m.avro, "'preTableSchema'")
+        named = after if after is not None else before
+        ev = DDL(schema=named.schema if named else "", table=named.table if named else "", commit_ts=m.commit_ts,
+                 query=query, position=msg.position, ddl_type=m.type, size=len(msg.value or b""))
+        start = len(out)
+        out.append(ev)
+        for e in (after, before):
+            if e is not None:
+                self._learn(e)
+        for e in (after, before):
+            if e is not None and e.table:
+                self._release((e.schema, e.table), out)
+        # released rows committed before the DDL go in front of it (they were written under the old schema)
+        released = out[start + 1:]
+        if released and any(r.commit_ts < ev.commit_ts for r in released):
+            out[start:] = [r for r in released if r.commit_ts < ev.commit_ts] + [ev] + [
+                r for r in released if r.commit_ts >= ev.commit_ts]
+
+    def _dml_fields(self, m: _Msg) -> tuple[str, str, int, Op, dict | None, dict | None]:
+        body = m.body
+        op = DML_TYPES.get(m.type)
+        if op is None:  # pragma: no cover - _parse only lets DML types through
+            raise _Bad(f"unknown DML type {m.type!r:.40}")
+        schema = body.get("database")
+        table = body.get("table")
+        if type(schema) is not str or type(table) is not str or not schema or not table:
+            raise _Bad(f"{m.type} message needs non-empty 'database' and 'table' strings")
+        version = _uint(body.get("schemaVersion", 0), "'schemaVersion'", m.avro)
+        loc = body.get("claimCheckLocation")
+        if loc:
+            raise _Bad(f"claim-check message (claimCheckLocation={loc!r:.200}): the row is stored in external "
+                       "storage, which this applier does not read")
+        hko = body.get("handleKeyOnly")
+        if hko is not None and type(hko) is not bool:
+            raise _Bad("'handleKeyOnly' must be a boolean")
+        if hko and op is not Op.DELETE:
+            raise _Bad("handle-key-only message (handleKeyOnly=true): the row was larger than max-message-bytes "
+                       "and only its key columns were sent; the full row must be read from upstream TiDB, "
+                       "which this applier does not do (raise max-message-bytes)")
+        cs = body.get("checksum")
+        if cs is not None:
+            if type(cs) is not dict:
+                raise _Bad("'checksum' must be an object")
+            if cs.get("corrupted") is True:
+                raise _Bad("TiCDC flagged this row as corrupted (checksum.corrupted=true)")
+        data = body.get("data")
+        old = body.get("old")
+        if data is not None and type(data) is not dict:
+            raise _Bad(f"'data' is a {type(data).__name__}, expected an object of columns")
+        if old is not None and type(old) is not dict:
+            raise _Bad(f"'old' is a {type(old).__name__}, expected an object of columns")
+        if op is Op.INSERT and not data:
+            raise _Bad("INSERT message has no 'data'")
+        if op is Op.DELETE and not old:
+            raise _Bad("DELETE message has no 'old'")
+        if op is Op.UPDATE and not data:
+            raise _Bad("UPDATE message has no 'data'")
+        return schema, table, version, op, data, old
+
+    def _dml_or_hold(self, m: _Msg, msg: KafkaMessage, out: list) -> None:
+        schema, table, version, op, data, old = self._dml_fields(m)
+        entry = self._cache.get((schema, table, version))
+        if entry is not None:
+            out.append(self._row(entry, m.commit_ts, op, data, old, msg))
+            return
+        key = (schema, table)
+        lst = self._held.get(key)
+        if lst is None:
+            lst = self._held[key] = []
+        if len(lst) >= self.max_held_messages_per_table:
+            first = lst[0].msg.position
+            raise _Bad(
+                f"no table schema for `{schema}`.`{table}` (schemaVersion {version}) after holding "
+                f"{len(lst)} of its row messages (max_held_messages_per_table={self.max_held_messages_per_table}); "
+                f"the first held message is at {first}. The consumer started mid-stream and no BOOTSTRAP or DDL "
+                "message for this table arrived: make sure the changefeed sends bootstrap messages "
+                "(send-bootstrap-interval-in-sec / send-bootstrap-in-msg-count > 0, "
+                "send-bootstrap-to-all-partition=true), or start the changefeed from before the table was "
+                "created, or raise max_held_messages_per_table"
+            )
+        lst.append(_Held(msg, m.commit_ts, version))
+        self._hold_summary = None
+
+    def _release(self, key: tuple[str, str], out: list) -> None:
+        """Decode, in arrival order, the held messages of a table whose schema version is now cached."""
+        lst = self._held.get(key)
+        if not lst:
+            return
+        cache = self._cache
+        keep: list[_Held] = []
+        for i, h in enumerate(lst):
+            entry = cache.get((key[0], key[1], h.version))
+            if entry is None:
+                keep.append(h)
+                continue
+            try:
+                m = self._parse(h.msg)
+                _, _, _, op, data, old = self._dml_fields(m)
+                ev = self._row(entry, m.commit_ts, op, data, old, h.msg)
+            except _Bad as e:
+                # drop the bad one (it is reported); the rest waits for the next decode() call
+                keep.extend(lst[i + 1:])
+                self._set_held(key, keep)
+                if any(cache.get((key[0], key[1], k.version)) is not None for k in keep):
+                    self._pending.add(key)
+                raise _HeldBad(h, str(e)) from None
+            out.append(ev)
+        self._set_held(key, keep)
+
+    def _set_held(self, key: tuple[str, str], keep: list[_Held]) -> None:
+        if keep:
+            self._held[key] = keep
+        else:
+            self._held.pop(key, None)
+        self._hold_summary = None
+
+    def _row(self, entry: _Entry, commit_ts: int, op: Op, data: dict | None, old: dict | None,
+             msg: KafkaMessage) -> RowChange:
+        convs = entry.convs
+        pos = msg.position
+        size = len(msg.value or b"")
+        if op is Op.INSERT:
+            after = self._convert(data, convs, "data", entry)
+            return RowChange(schema=entry.schema, table=entry.table, commit_ts=commit_ts, op=op, before=None,
+                             after=after, columns=entry.columns_present(data, None), position=pos, size=size)
+        if op is Op.DELETE:
+            before = self._convert(old, convs, "old", entry)
+            return RowChange(schema=entry.schema, table=entry.table, commit_ts=commit_ts, op=op, before=before,
+                             after=None, columns=entry.columns_present(old, None), position=pos, size=size)
+        after = self._convert(data, convs, "data", entry)
+        before = dict(after)
+        if old:  # TiCDC fills columns missing from 'old' (or an omitted empty 'old') from 'data'
+            before.update(self._convert(old, convs, "old", entry))
+        return RowChange(schema=entry.schema, table=entry.table, commit_ts=commit_ts, op=op, before=before,
+                         after=after, columns=entry.columns_present(data, old), position=pos, size=size)
+
+    @staticmethod
+    def _convert(row: dict, convs: dict, which: str, entry: _Entry) -> dict:
+        try:
+            out = {}
+            for name, v in row.items():
+                conv = convs[name]  # also for NULLs: every column must be in the schema
+                out[name] = None if v is None else conv(v)
+            return out
+        except Exception:  # noqa: BLE001 - find the culprit on the slow path
+            pass
+        for name, v in row.items():
+            conv = convs.get(name)
+            if conv is None:
+                raise _Bad(f"'{which}' column {name!r} is not in the schema of `{entry.schema}`.`{entry.table}` "
+                           f"(schemaVersion {entry.version})")
+            if v is None:
+                continue
+            try:
+                conv(v)
+            except Exception as e:  # noqa: BLE001
+                col = entry.by_name[name]
+                raise _Bad(f"'{which}' column {name!r} ({col.type_name}{' unsigned' if col.unsigned else ''}): "
+                           f"cannot decode {v!r:.80}: {e}") from None
+        raise _Bad(f"'{which}' cannot be decoded")  # pragma: no cover - defensive
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Encoder (used by tests, the demo and the benchmark)
+# ---------------------------------------------------------------------------------------------------------
+
+_dumps = T.go_json_dumps
+
+# TiDB model.ActionType -> Simple DDL type (tiflow pkg/sink/codec/simple/message.go getDDLType)
+_ACTION_TO_SIMPLE: dict[int, str] = {3: "CREATE", 14: "RENAME", 47: "RENAME", 7: "CINDEX", 9: "CINDEX",
+                                     32: "CINDEX", 8: "DINDEX", 10: "DINDEX", 33: "DINDEX", 4: "ERASE",
+                                     11: "TRUNCATE"}
+for _a in (5, 6, 12, 13, 15, 17, 18, 19, 20, 22, 23, 41, 61, 64, 71, 72):
+    _ACTION_TO_SIMPLE[_a] = "ALTER"
+
+# MySQL default display lengths (TiDB mysql.GetDefaultFieldLengthAndDecimal), for the schema's "length"
+_DEFAULT_LENGTH = {"tinyint": 4, "smallint": 6, "mediumint": 9, "int": 11, "bigint": 20, "float": 12,
+                   "double": 22, "decimal": 10, "date": 10, "datetime": 19, "timestamp": 19, "time": 10,
+                   "year": 4, "bit": 1, "char": 1, "binary": 1, "varchar": 255, "varbinary": 255,
+                   "tinytext": 255, "tinyblob": 255, "text": 65535, "blob": 65535, "mediumtext": 16777215,
+                   "mediumblob": 16777215, "longtext": 4294967295, "longblob": 4294967295,
+                   "json": 4294967295}
+_NUMERIC_SCHEMA_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double",
+                                   "bit", "year", "decimal"})
+
+
+def simple_ddl_type(ddl_type: int | str | None) -> str:
+    """Simple DDL type for a DDL: a Simple type name passes through, a TiDB action code is mapped."""
+    if isinstance(ddl_type, str) and ddl_type in _DDL_TYPE_SET:
+        return ddl_type
+    if isinstance(ddl_type, int) and not isinstance(ddl_type, bool):
+        return _ACTION_TO_SIMPLE.get(ddl_type, "QUERY")
+    return "QUERY"
+
+
+def _base(col: Column) -> str:
+    base, _ = T.split_mysql_type(col.type_name)
+    return T.binary_type_name(base, col.binary)
+
+
+def _is_binary(col: Column) -> bool:
+    return col.binary or _base(col) in T.BINARY_TYPES
+
+
+def _check_int(v: Any, col: Column) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"column {col.name!r}: expected int, got {type(v).__name__}")
+    return v
+
+
+def _json_value(col: Column, v: Any, time_zone: str) -> Any:
+    """Python value -> the JSON value TiCDC's simple encoder writes (tiflow/ticdc message.go encodeValue)."""
+    if v is None:
+        return None
+    base = _base(col)
+    if base in ("enum", "set") and isinstance(v, str):
+        raise ValueError(f"column {col.name!r}: the simple protocol sends ENUM/SET as ordinal integers")
+    if base == "bit" and isinstance(v, (bytes, bytearray)):
+        return str(T.bits_to_int(bytes(v)))
+    if base in _INT_RANGES:
+        return str(_check_int(v, col))
+    if base == "float":
+        return T.format_float_fixed(float(v), single=True)
+    if base == "double":
+        return T.format_float_fixed(float(v))
+    if base == "decimal":
+        return T.format_decimal(v)
+    if base == "timestamp":
+        return {"location": time_zone, "value": T.format_datetime(v)}
+    if base == "datetime":
+        return T.format_datetime(v)
+    if base == "date":
+        return T.format_date(v.date() if isinstance(v, _dt.datetime) else v)
+    if base == "time":
+        return T.format_time(v)
+    if _is_binary(col):
+        b = bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else str(v).encode("utf-8")
+        return base64.b64encode(b).decode("ascii")
+    if base == "json" and not isinstance(v, str):
+        return orjson.dumps(v).decode()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).decode("utf-8")
+    if not isinstance(v, str):
+        raise ValueError(f"column {col.name!r}: cannot encode {type(v).__name__} as {base}")
+    return v
+
+
+def _avro_value(col: Column, v: Any, time_zone: str) -> Any:
+    """Python value -> the Avro union value TiCDC's simple encoder writes (ticdc encodeValue4Avro), in
+    fastavro's (branch name, value) tuple notation."""
+    if v is None:
+        return None
+    base = _base(col)
+    if base == "timestamp":
+        return (AVRO_TIMESTAMP, {"location": time_zone, "value": T.format_datetime(v)})
+    if base == "bigint" and col.unsigned:
+        n = _check_int(v, col)
+        return (AVRO_UNSIGNED_BIGINT, {"value": n - _U64 if n >= 2**63 else n})
+    if base in ("enum", "set") and isinstance(v, str):
+        raise ValueError(f"column {col.name!r}: the simple protocol sends ENUM/SET as ordinal integers")
+    if base == "bit":
+        n = T.bits_to_int(bytes(v)) if isinstance(v, (bytes, bytearray)) else _check_int(v, col)
+        return ("string", str(n))
+    if base in _INT_RANGES:
+        return ("long", _i64(_check_int(v, col)))  # SET bitmasks above 2**63: TiCDC's GetInt64 bits
+    if base == "float":
+        return ("float", float(v))
+    if base == "double":
+        return ("double", float(v))
+    if _is_binary(col):
+        b = bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else str(v).encode("utf-8")
+        return ("bytes", b)
+    return ("string", _json_value(col, v, time_zone))
+
+
+def _table_schema_json(ts: TableSchema, table_id: int) -> dict:
+    columns = []
+    for c in ts.columns:
+        base = _base(c)
+        binary_cs = base in _NUMERIC_SCHEMA_TYPES or base in T.BINARY_TYPES or base in T.TEMPORAL_TYPES \
+            or base == "json"
+        dt: dict[str, Any] = {"mysqlType": base, "charset": "binary" if binary_cs else "utf8mb4",
+                              "collate": "binary" if binary_cs else "utf8mb4_bin"}
+        length = _DEFAULT_LENGTH.get(base, 0)
+        if length:
+            dt["length"] = length
+        if c.unsigned and base in _NUMERIC_SCHEMA_TYPES:
+            dt["unsigned"] = True
+        columns.append({"name": c.name, "dataType": dt, "nullable": c.nullable, "default": None})
+    return {"schema": ts.schema, "table": ts.table, "tableID": table_id, "version": ts.version,
+            "columns": columns, "indexes": _indexes(ts.columns)}
+
+
+def _indexes(columns: tuple[Column, ...]) -> list[dict]:
+    """Key columns -> the primary index; every other unique column -> a one-column unique index (the event
+    model keeps per-column flags, not the index definitions)."""
+    out = []
+    keys = [c.name for c in columns if c.key]
+    if keys:
+        out.append({"name": "primary", "unique": True, "primary": True, "nullable": False, "columns": keys})
+    for c in columns:
+        if c.unique and not c.key:
+            out.append({"name": f"uk_{c.name}", "unique": True, "primary": False, "nullable": c.nullable,
+                        "columns": [c.name]})
+    return out
+
+
+def _table_schema_avro(ts: TableSchema, table_id: int) -> dict:
+    j = _table_schema_json(ts, table_id)
+    cols = []
+    for c, jc in zip(ts.columns, j["columns"]):
+        base = _base(c)
+        jd = jc["dataType"]
+        numeric = base in _NUMERIC_SCHEMA_TYPES
+        dt = {"mysqlType": jd["mysqlType"], "charset": jd["charset"], "collate": jd["collate"],
+              "length": jd.get("length", 0), "decimal": 0 if base in ("decimal", "timestamp") else None,
+              "elements": None, "unsigned": c.unsigned if numeric else None,
+              "zerofill": False if numeric else None}
+        cols.append({"name": c.name, "dataType": dt, "nullable": c.nullable, "default": None})
+    return {"database": ts.schema, "table": ts.table, "tableID": table_id, "version": _i64(ts.version),
+            "columns": cols, "indexes": j["indexes"]}
+
+
+def _i64(v: int) -> int:
+    """uint64 -> the int64 with the same bits (TiCDC's ``int64(x)`` for Avro longs)."""
+    return v - _U64 if v >= 2**63 else v
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _avro_bytes(payload_name: str, kind: str, body: dict) -> bytes:
+    import fastavro
+
+    bio = io.BytesIO()
+    fastavro.schemaless_writer(bio, _parsed_schemas()[0], (AVRO_MESSAGE, {"type": kind,
+                                                                           "payload": (payload_name, body)}))
+    return bio.getvalue()
+
+
+def encode_bootstrap(table_schema: TableSchema, *, encoding_format: str = "json", table_id: int = 0,
+                     build_ts_ms: int | None = None) -> tuple[bytes | None, bytes]:
+    """A BOOTSTRAP message for a table schema -> (key, value); the key is always None."""
+    build = _now_ms() if build_ts_ms is None else build_ts_ms
+    if encoding_format == "json":
+        return None, _dumps({"version": PROTOCOL_VERSION, "type": MSG_BOOTSTRAP, "commitTs": 0, "buildTs": build,
+                             "tableSchema": _table_schema_json(table_schema, table_id)})
+    if encoding_format == "avro":
+        return None, _avro_bytes(AVRO_BOOTSTRAP, MSG_BOOTSTRAP, {
+            "version": PROTOCOL_VERSION, "buildTs": build,
+            "tableSchema": _table_schema_avro(table_schema, table_id)})
+    raise ValueError(f"encoding_format must be 'json' or 'avro', got {encoding_format!r}")
+
+
+def encode_simple(
+    event: Any,
+    *,
+    encoding_format: str = "json",
+    table_schema: TableSchema | None = None,
+    pre_table_schema: TableSchema | None = None,
+    schema_version: int | None = None,
+    table_id: int = 0,
+    build_ts_ms: int | None = None,
+    time_zone: str = "UTC",
+) -> tuple[bytes | None, bytes]:
+    """One RowChange / DDL / Resolved / TableSchema -> (key, value) as TiCDC's simple encoder writes it.
+
+    The key is always None (TiCDC sends simple messages without a key). A TableSchema becomes a BOOTSTRAP.
+    For a RowChange, ``table_schema`` (if given) supplies the column types and the schema version, else the
+    event's ``columns`` and ``schema_version`` (default 0) are used; ``schema_version`` wins when both are
+    given. For a DDL, ``table_schema``/``pre_table_schema`` are the table after/before it, and ``ddl_type`` may
+    be a Simple type name or a TiDB action code. ``build_ts_ms`` pins ``buildTs`` (wall clock otherwise),
+    ``time_zone`` is the TIMESTAMP ``location`` (the changefeed's time-zone), ``table_id`` the physical table
+    id. Field order, omitted empty fields, sorted row keys and Go's HTML escaping follow encoding/json.
+    """
+    if encoding_format not in ("json", "avro"):
+        raise ValueError(f"encoding_format must be 'json' or 'avro', got {encoding_format!r}")
+    avro = encoding_format == "avro"
+    build = _now_ms() if build_ts_ms is None else build_ts_ms
+    if isinstance(event, TableSchema):
+        return encode_bootstrap(event, encoding_format=encoding_format, table_id=table_id, build_ts_ms=build)
+    if isinstance(event, Resolved):
+        if avro:
+            return None, _avro_bytes(AVRO_WATERMARK, MSG_WATERMARK, {
+                "version": PROTOCOL_VERSION, "commitTs": _i64(event.ts), "buildTs": build})
+        return None, _dumps({"version": PROTOCOL_VERSION, "type": MSG_WATERMARK, "commitTs": event.ts,
+                             "buildTs": build})
+    if isinstance(event, DDL):
+        dtype = simple_ddl_type(event.ddl_type)
+        if avro:
+            body = {"version": PROTOCOL_VERSION, "type": dtype, "sql": event.query,
+                    "commitTs": _i64(event.commit_ts), "buildTs": build,
+                    "tableSchema": None if table_schema is None else _table_schema_avro(table_schema, table_id),
+                    "preTableSchema": None if pre_table_schema is None else _table_schema_avro(pre_table_schema,
+                                                                                               table_id)}
+            return None, _avro_bytes(AVRO_DDL, MSG_DDL, body)
+        msg: dict[str, Any] = {"version": PROTOCOL_VERSION, "type": dtype}
+        if event.query:
+            msg["sql"] = event.query
+        msg["commitTs"] = event.commit_ts
+        msg["buildTs"] = build
+        if table_schema is not None:
+            msg["tableSchema"] = _table_schema_json(table_schema, table_id)
+        if pre_table_schema is not None:
+            msg["preTableSchema"] = _table_schema_json(pre_table_schema, table_id)
+        return None, _dumps(msg)
+    if not isinstance(event, RowChange):
+        raise TypeError(f"cannot encode {type(event).__name__} in the simple protocol")
+
+    e = event
+    cols = {c.name: c for c in (table_schema.columns if table_schema is not None else e.columns)}
+    version = schema_version if schema_version is not None else (
+        table_schema.version if table_schema is not None else 0)
+    if e.op is Op.DELETE:
+        dtype, data, old = "DELETE", None, e.before
+        if old is None:
+            raise ValueError("DELETE without a before image")
+    elif e.op is Op.INSERT or e.before is None:
+        dtype, data, old = "INSERT", e.after, None
+        if data is None:
+            raise ValueError("INSERT without an after image")
+    else:
+        dtype, data, old = "UPDATE", e.after, e.before
+        if data is None:
+            raise ValueError("UPDATE without an after image")
+    conv = _avro_value if avro else _json_value
+
+    def image(row: dict) -> dict:
+        out = {}
+        for name in sorted(row):
+            col = cols.get(name)
+            if col is None:
+                raise ValueError(f"value for column {name!r} has no Column metadata")
+            out[name] = conv(col, row[name], time_zone)
+        return out
+
+    if avro:
+        body = {"version": PROTOCOL_VERSION, "database": e.schema, "table": e.table, "tableID": table_id,
+                "type": dtype, "commitTs": _i64(e.commit_ts), "buildTs": build, "schemaVersion": _i64(version),
+                "claimCheckLocation": None, "handleKeyOnly": None, "checksum": None,
+                "data": None if data is None else image(data), "old": None if old is None else image(old)}
+        return None, _avro_bytes(AVRO_DML, MSG_DML, body)
+    msg = {"version": PROTOCOL_VERSION}
+    if e.schema:
+        msg["database"] = e.schema
+    if e.table:
+        msg["table"] = e.table
+    if table_id:
+        msg["tableID"] = table_id
+    msg["type"] = dtype
+    msg["commitTs"] = e.commit_ts
+    msg["buildTs"] = build
+    if version:
+        msg["schemaVersion"] = version
+    if data is not None:
+        msg["data"] = image(data)
+    if old is not None:
+        msg["old"] = image(old)
+    return None, _dumps(msg)
