@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from applier.pipeline import PipelineStopped
     from sqlalchemy.exc import DBAPIError
 
+    from applier.codecs.registry import RegistryError
     from applier.sinks import ApplyError
     try:
         return args.fn(args)
@@ -135,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"stopped: {exc}", file=sys.stderr)
         return EXIT_APPLY
     except PipelineStopped as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return 1
+    except RegistryError as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return 1
     except DBAPIError as exc:

@@ -45,6 +45,7 @@ class TableMeta:
     writable: frozenset[str]
     key: tuple[str, ...]
     unique_sets: tuple[tuple[str, ...], ...]  # every unique key, the primary key included
+    types: dict[str, str] = field(default_factory=dict)  # column -> the catalog's type ("bit varying(5)", "enum('a','b')")
 
     @property
     def display(self) -> str:
@@ -221,11 +222,20 @@ class Sink(abc.ABC):
             self._meta.pop(t, None)
 
     def write(self, conn: Connection, plan: BatchPlan) -> None:
+        meta = plan.meta
         for lo in range(0, len(plan.deletes), self.batch_rows):
-            self.delete_rows(conn, plan.meta, plan.deletes[lo:lo + self.batch_rows])
+            keys = self.adapt_keys(meta, plan.deletes[lo:lo + self.batch_rows])
+            self.delete_rows(conn, meta, keys)
         for cols, rows in group_columns(plan.upserts).items():
             for lo in range(0, len(rows), self.batch_rows):
-                self.upsert_rows(conn, plan.meta, cols, rows[lo:lo + self.batch_rows])
+                self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
+
+    def adapt_rows(self, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Turn decoded upstream values into what this target column type stores (dialect specific)."""
+        return rows
+
+    def adapt_keys(self, meta: TableMeta, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return keys
 
     @abc.abstractmethod
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None: ...
