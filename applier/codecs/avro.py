@@ -105,6 +105,7 @@ import orjson
 
 from applier.codecs import types as T
 from applier.codecs.registry import RegistryClient, RegistryError, SchemaNotFound
+from applier.codecs.base import Malformed, guarded_decode
 from applier.events import (
     DDL,
     Column,
@@ -164,8 +165,7 @@ _TWO64 = 1 << 64
 _TS_MAX = (1 << 63) - 1
 
 
-class _Bad(Exception):
-    """Internal: reason for a DecodeError (the position is added by decode())."""
+_Bad = Malformed  # a reason for a DecodeError; the position is added by guarded_decode
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -538,16 +538,7 @@ class AvroDecoder:
     def decode(self, msg: KafkaMessage) -> list[Event]:
         """All events of one Kafka record (zero or one). Raises DecodeError for malformed input and
         RegistryError when the schema registry cannot be asked (see the module docstring)."""
-        try:
-            return self._decode(msg)
-        except (DecodeError, RegistryError):
-            raise
-        except _Bad as e:
-            raise DecodeError(msg.position, str(e), protocol=PROTOCOL) from None
-        except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
-            raise DecodeError(
-                msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=PROTOCOL
-            ) from e
+        return guarded_decode(PROTOCOL, self._decode, msg, passthrough=(RegistryError,))
 
     @property
     def registry(self) -> Any:

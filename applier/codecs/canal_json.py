@@ -49,6 +49,7 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from applier.codecs import types as T
+from applier.codecs.base import Malformed, guarded_decode
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange
 
 PROTOCOL = "canal-json"
@@ -78,8 +79,7 @@ JAVA_CLOB = 2005
 _COLUMN_CACHE_LIMIT = 1 << 16
 
 
-class _Bad(Exception):
-    """Internal: reason for a DecodeError (position is added by decode())."""
+_Bad = Malformed  # a reason for a DecodeError; the position is added by guarded_decode
 
 
 def is_binary_mysql_type(mysql_type: str) -> bool:
@@ -130,16 +130,7 @@ class CanalJSONDecoder:
 
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record (several for a multi-row message). Raises only DecodeError."""
-        try:
-            return self._decode(msg)
-        except DecodeError:
-            raise
-        except _Bad as e:
-            raise DecodeError(msg.position, str(e), protocol=PROTOCOL) from None
-        except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
-            raise DecodeError(
-                msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=PROTOCOL
-            ) from e
+        return guarded_decode(PROTOCOL, self._decode, msg)
 
     # -- internals ------------------------------------------------------------------------------------------
 

@@ -86,6 +86,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import orjson
 
 from applier.codecs import types as T
+from applier.codecs.base import Malformed, guarded_decode
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange
 
 __all__ = ["DebeziumDecoder", "encode_debezium", "encode_value", "PROTOCOL"]
@@ -104,8 +105,7 @@ _CACHE_LIMIT = 4096
 _ZONED_RE = re.compile(r"(-?\d{4,})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)\Z")
 
 
-class _Bad(Exception):
-    """Internal: reason for a DecodeError (the position is added by decode())."""
+_Bad = Malformed  # a reason for a DecodeError; the position is added by guarded_decode
 
 
 def _zone(name: str) -> _dt.tzinfo:
@@ -447,16 +447,7 @@ class DebeziumDecoder:
 
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record. Raises only DecodeError."""
-        try:
-            return self._decode(msg)
-        except DecodeError:
-            raise
-        except _Bad as e:
-            raise DecodeError(msg.position, str(e), protocol=PROTOCOL) from None
-        except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
-            raise DecodeError(
-                msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=PROTOCOL
-            ) from e
+        return guarded_decode(PROTOCOL, self._decode, msg)
 
     # -- internals ------------------------------------------------------------------------------------------
 

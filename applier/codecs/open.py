@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable
 import orjson
 
 from applier.codecs import types as T
+from applier.codecs.base import Malformed, guarded_decode
 from applier.events import (
     DDL,
     Column,
@@ -197,8 +198,7 @@ _MAX_EXACT_FLOAT_INT = 2**53
 _COLUMN_CACHE_LIMIT = 1 << 16
 
 
-class _Bad(Exception):
-    """Internal: reason for a DecodeError (position is added by decode())."""
+_Bad = Malformed  # a reason for a DecodeError; the position is added by guarded_decode
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -443,16 +443,7 @@ class OpenDecoder:
 
     def decode(self, msg: KafkaMessage) -> list:
         """All events of one Kafka record, in order. Raises DecodeError (only) for malformed input."""
-        try:
-            return self._decode(msg)
-        except DecodeError:
-            raise
-        except _Bad as e:
-            raise DecodeError(msg.position, str(e), protocol=PROTOCOL) from None
-        except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
-            raise DecodeError(
-                msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=PROTOCOL
-            ) from e
+        return guarded_decode(PROTOCOL, self._decode, msg)
 
     # -- internals ------------------------------------------------------------------------------------------
 

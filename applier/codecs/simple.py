@@ -103,6 +103,7 @@ from typing import Any, Callable, NamedTuple
 import orjson
 
 from applier.codecs import types as T
+from applier.codecs.base import Malformed
 from applier.events import (
     DDL,
     Column,
@@ -173,8 +174,7 @@ _FLOAT_RE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3
 _DECIMAL_RE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 
 
-class _Bad(Exception):
-    """Internal: reason for a DecodeError about the message being decoded (decode() adds the position)."""
+_Bad = Malformed  # a reason for a DecodeError; the position is added by guarded_decode
 
 
 class _HeldBad(Exception):

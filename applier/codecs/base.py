@@ -1,0 +1,28 @@
+"""What every decoder shares: the rule that nothing but DecodeError leaves ``decode()``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from applier.events import DecodeError, Event, KafkaMessage
+
+
+class Malformed(Exception):
+    """Raised inside a decoder with the reason only; :func:`guarded_decode` adds the message's position."""
+
+
+def guarded_decode(protocol: str, decode: Callable[[KafkaMessage], list[Event]], msg: KafkaMessage,
+                   passthrough: tuple[type[BaseException], ...] = ()) -> list[Event]:
+    """Run a decoder's body so that malformed input of any kind surfaces as a DecodeError naming the
+    topic, partition and offset (``passthrough`` lists errors that are not about the message, such as an
+    unreachable schema registry, and must stop the pipeline as they are)."""
+    try:
+        return decode(msg)
+    except DecodeError:
+        raise
+    except passthrough:
+        raise
+    except Malformed as e:
+        raise DecodeError(msg.position, str(e), protocol=protocol) from None
+    except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
+        raise DecodeError(msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=protocol) from e
