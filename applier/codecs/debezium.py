@@ -160,8 +160,8 @@ def _conv_float_decimal(v: Any) -> Decimal:
     if type(v) is int:
         return Decimal(v)
     d = Decimal(repr(_conv_float(v)))
-    if d.as_tuple().exponent > 0:  # 1e+16 -> 10000000000000000
-        d = d.quantize(Decimal(1))
+    if d.as_tuple().exponent > 0:  # 1e+28 -> 10000000000000000000000000000 (int(): quantize overflows 28 digits)
+        d = Decimal(int(d))
     return d
 
 

@@ -43,11 +43,21 @@ bit(n)                                 bit varying(n)               keeps the bi
                                                                     values exceed bigint. Defaults are written as
                                                                     n-digit bit strings; writers send bit strings.
 enum(...), set(...)                    text                         the text form of the value (no CHECK: ALTERs that
-                                                                    add members would need it rewritten)
+                                                                    add members would need it rewritten); the members
+                                                                    are kept in the column's COMMENT (below)
 json                                   jsonb
 vector(n) (TiDB)                       text                         the TiDB text form '[1,2,3]' (no pgvector)
 geometry / point / ... (spatial)       UnsupportedDDL
 =====================================  ===========================  ==================================================
+
+Upstream type comments: PostgreSQL's ``text`` cannot say which members an ENUM or SET had, yet the Open
+Protocol, Canal-JSON and Simple send ENUM/SET values as ordinals / bitmasks, which the writer must turn back into
+member names. So every ENUM/SET column gets ``COMMENT ON COLUMN .. IS 'applier:enum(''a'',''b'')'`` (or
+``applier:set(...)``; members as in MySQL, quotes doubled, trailing spaces removed as MySQL removes them) right
+after CREATE TABLE / ADD COLUMN / MODIFY / CHANGE, and a MODIFY/CHANGE to any other type clears the comment.
+``CREATE TABLE .. LIKE`` copies comments. :func:`type_comment` writes the comment and
+:func:`parse_type_comment` reads it back (``applier/sinks/postgres.py`` uses it); upstream column COMMENTs are
+dropped, so a column comment on a replicated table is always the applier's own.
 
 Column attributes: NOT NULL is kept; DEFAULT literals are re-rendered for the target type (strings,
 numbers, ``x'..'``/``0x..`` and ``b'..'``/``0b..`` literals, TRUE/FALSE, CURRENT_TIMESTAMP/NOW()/LOCALTIME[STAMP]
@@ -81,7 +91,8 @@ CREATE TABLE [IF NOT EXISTS] t (...)               CREATE TABLE IF NOT EXISTS "s
                                                    UNIQUE: upstream enforces it, writers cannot see it). A
                                                    primary key always uses whole columns (writers need them for ON
                                                    CONFLICT): a TEXT/BLOB primary key value above ~2.7 kB fails.
-CREATE TABLE t LIKE s                              CREATE TABLE IF NOT EXISTS t (LIKE s INCLUDING DEFAULTS) + a DO
+CREATE TABLE t LIKE s                              CREATE TABLE IF NOT EXISTS t (LIKE s INCLUDING DEFAULTS INCLUDING
+                                                   COMMENTS) + a DO
                                                    block that copies s's primary key and indexes under t's names
 DROP TABLE [IF EXISTS] a, b                        DROP TABLE IF EXISTS "s"."a", "s"."b"
 TRUNCATE [TABLE] t                                 TRUNCATE TABLE "s"."t"
@@ -157,7 +168,7 @@ from applier.ddl.tidb import (
     tokenize,
 )
 
-__all__ = ["translate_postgres", "pg_index_name", "pg_type"]
+__all__ = ["translate_postgres", "pg_index_name", "pg_type", "type_comment", "parse_type_comment"]
 
 _PG_SYSTEM = frozenset({"public", "information_schema", "pg_catalog", "pg_toast", "mysql",
                         "performance_schema", "sys", "metrics_schema"})
@@ -401,6 +412,62 @@ def pg_type(t: MyType) -> str:
     if n == "json":
         return "jsonb"
     raise _Unsupported(f"column type {n.upper()} is not supported")
+
+
+TYPE_COMMENT_PREFIX = "applier:"
+
+
+def type_comment(t: MyType) -> str | None:
+    """The column comment recording what the PostgreSQL type loses of upstream type ``t`` (ENUM/SET members:
+    ``applier:enum('a','b')``), or None when the PostgreSQL type says it all. MySQL removes trailing spaces from
+    member names when it creates the table, so they are removed here too."""
+    if t.name not in ("enum", "set") or any("\0" in m for m in t.values):
+        return None  # (a NUL cannot be in a PostgreSQL comment: the writer then refuses ordinals, saying why)
+    members = ",".join("'" + m.rstrip(" ").replace("'", "''") + "'" for m in t.values)
+    return f"{TYPE_COMMENT_PREFIX}{t.name}({members})"
+
+
+def parse_type_comment(comment: str | None) -> tuple[str, tuple[str, ...]] | None:
+    """``applier:enum('a','b')`` -> ("enum", ("a", "b")); None for any other comment (or a malformed one)."""
+    if not comment or not comment.startswith(TYPE_COMMENT_PREFIX):
+        return None
+    body = comment[len(TYPE_COMMENT_PREFIX):]
+    kind, sep, rest = body.partition("(")
+    if kind not in ("enum", "set") or not sep or not rest.endswith(")"):
+        return None
+    rest = rest[:-1]
+    members: list[str] = []
+    i, n = 0, len(rest)
+    while i < n:
+        if rest[i] != "'":
+            return None
+        j = i + 1
+        buf = []
+        while True:
+            k = rest.find("'", j)
+            if k < 0:
+                return None
+            buf.append(rest[j:k])
+            if k + 1 < n and rest[k + 1] == "'":
+                buf.append("'")
+                j = k + 2
+                continue
+            break
+        members.append("".join(buf))
+        i = k + 1
+        if i < n:
+            if rest[i] != ",":
+                return None
+            i += 1
+            if i == n:
+                return None
+    return kind, tuple(members)
+
+
+def _comment_sql(tbl: "_Table", column: str, t: MyType | None) -> str:
+    """COMMENT ON COLUMN recording ``t``'s members (or clearing the comment when ``t`` needs none)."""
+    note = type_comment(t) if t is not None else None
+    return f"COMMENT ON COLUMN {tbl.q}.{qi(column)} IS {lit(note) if note is not None else 'NULL'}"
 
 
 class _Unsupported(Exception):
@@ -1165,7 +1232,7 @@ def _create_table(ctx: Context, c: Cursor) -> TranslatedDDL:
                                "ignored by routing, so it does not exist on the target", kind="create_table")
         src = _Table(*rs)
         return TranslatedDDL([
-            f"CREATE TABLE IF NOT EXISTS {tbl.q} (LIKE {src.q} INCLUDING DEFAULTS)",
+            f"CREATE TABLE IF NOT EXISTS {tbl.q} (LIKE {src.q} INCLUDING DEFAULTS INCLUDING COMMENTS)",
             copy_indexes_block(src, tbl),
         ], "create_table", [r])
     if not c.is_op("("):
@@ -1203,6 +1270,7 @@ def _create_table(ctx: Context, c: Cursor) -> TranslatedDDL:
         cols = ", ".join(qi(p.column) for p in pk.parts)
         lines.append(f"  CONSTRAINT {qi(pg_index_name(tbl.table, 'PRIMARY'))} PRIMARY KEY ({cols})")
     stmts = [f"CREATE TABLE IF NOT EXISTS {tbl.q} (\n" + ",\n".join(lines) + "\n)"]
+    stmts.extend(_comment_sql(tbl, col.name, col.type) for col in columns if type_comment(col.type) is not None)
     names = _Names([i.name for i in indexes if i.name])
     types = {col.name.lower(): col.type for col in columns}
     for idx in indexes:
@@ -1353,6 +1421,8 @@ def _alter_spec(ctx: Context, tbl: _Table, c: Cursor, names: _Names) -> list[str
                                    "existing rows are not sent", kind="alter_table")
             sql, temp_default = column_sql(col, for_add=True)
             out.append(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {sql}")
+            if type_comment(col.type) is not None:
+                out.append(_comment_sql(tbl, col.name, col.type))
             if temp_default:
                 out.append(f"ALTER TABLE {t} ALTER COLUMN {qi(col.name)} DROP DEFAULT")
             out.extend(_inline_keys(tbl, col, names))
@@ -1465,6 +1535,7 @@ def _modify(tbl: _Table, col: ColDef, old: str | None, names: _Names) -> list[st
     pgt = pg_type(col.type)
     out.append(f"ALTER TABLE {t} ALTER COLUMN {c} DROP DEFAULT")
     out.append(f"ALTER TABLE {t} ALTER COLUMN {c} TYPE {pgt} USING {c}::{pgt}")
+    out.append(_comment_sql(tbl, col.name, col.type))  # the new members, or no comment for other types
     if col.default is not None and not col.generated:
         d = pg_default(col.default, col.type)
         if d is not None and d != "NULL":

@@ -6,16 +6,39 @@ executemany, which PyMySQL rewrites into multi-row INSERTs.
 Deletes are ``DELETE ... WHERE key IN (...)`` per chunk. DDL is not transactional here: the applier records a
 DDL as started before running it, and on a replay the errors listed in ``REPLAY_NOOP_ERRORS`` mean the
 statement had already taken effect.
+
+Values (rules tabled in ``docs/value-rules.md``): MySQL/MariaDB take almost every event-model value as it is -
+ENUM ordinals and SET bitmasks as integers (MySQL reads an integer for an ENUM as its index and for a SET as
+its bitmask), BIT as its integer, JSON as text, zero dates as their original strings. What the writer does:
+
+* Session, once per database connection (:meth:`MySQLSink.begin`): ``time_zone = '+00:00'``, because
+  TIMESTAMP values are UTC wall-clock times (TiCDC's changefeed time zone, UTC by default) and MySQL converts
+  TIMESTAMP literals from the session zone; and ``NO_ZERO_DATE`` / ``NO_ZERO_IN_DATE`` are removed from the
+  session ``sql_mode`` (MySQL 8 sets them by default) so that zero dates upstream kept reach the replica.
+  Strict mode stays on: a value the column cannot hold still stops the pipeline instead of being truncated.
+* TIME (timedelta) is sent as MySQL's own text ('-838:59:59', '100:00:00.500000'), in rows and keys. Keys
+  matter most: deletes are SQLAlchemy Core statements, and SQLAlchemy types a bare timedelta parameter as
+  ``Interval``, which on MySQL it sends as the datetime 1970-01-01 + delta, so a TIME key never matched. In
+  rows it also avoids PyMySQL releases older than its fix for negative timedeltas (PyMySQL/PyMySQL#1262; the
+  project accepts pymysql>=1.1), which sent -838:59:59 as '-839:00:01'.
+* TIMESTAMP of exactly 1970-01-01 00:00:00 UTC (how Debezium sends the zero TIMESTAMP) is written as the
+  zero TIMESTAMP, which is the same stored value; MySQL refuses the literal otherwise. Aware datetimes are
+  converted to UTC.
+
+Converters are built once per table and column set from the column types read with the table
+(``information_schema.COLUMNS.COLUMN_TYPE``), only for the columns that need one.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as _dt
+from typing import Any, Callable
 
 from sqlalchemy import delete, text, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from applier.codecs.types import format_time
 from applier.sinks.base import Sink, TableMeta, build_meta, missing_table
 
 # MySQL/MariaDB error codes that, when a DDL is re-run after a crash, mean it already happened.
@@ -43,6 +66,8 @@ class MySQLSink(Sink):
     def __init__(self, batch_rows: int = 5000) -> None:
         super().__init__(batch_rows)
         self._sql: dict[tuple[Any, ...], str] = {}
+        self._row_convs: dict[tuple[int, tuple[str, ...]], tuple[TableMeta, Converters]] = {}
+        self._key_convs: dict[int, tuple[TableMeta, KeyConverters]] = {}
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         ck = (id(meta.table), cols)
@@ -82,13 +107,14 @@ class MySQLSink(Sink):
         be quoted again and miss the column."""
         db = schema or conn.exec_driver_sql("SELECT DATABASE()").scalar()
         cols = conn.execute(
-            text("SELECT COLUMN_NAME, IS_NULLABLE, EXTRA, GENERATION_EXPRESSION FROM information_schema.COLUMNS "
+            text("SELECT COLUMN_NAME, IS_NULLABLE, EXTRA, GENERATION_EXPRESSION, COLUMN_TYPE "
+                 "FROM information_schema.COLUMNS "
                  "WHERE TABLE_SCHEMA = :s AND TABLE_NAME = :t ORDER BY ORDINAL_POSITION"), {"s": db, "t": name}
         ).all()
         if not cols:
             raise missing_table(schema, name)
         columns = [(c, nullable == "YES", bool(gen) or "GENERATED" in (extra or "").upper())
-                   for c, nullable, extra, gen in cols]
+                   for c, nullable, extra, gen, _ in cols]
         idx: dict[str, list[str]] = {}
         for index_name, col in conn.execute(
             text("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = :s AND "
@@ -97,7 +123,62 @@ class MySQLSink(Sink):
             idx.setdefault(index_name, []).append(col)
         pk = tuple(idx.pop("PRIMARY", ()))
         uniques = [tuple(v) for _, v in sorted(idx.items())]
-        return build_meta(schema, name, columns, pk, uniques)
+        meta = build_meta(schema, name, columns, pk, uniques)
+        meta.types = {c: _text(ctype) for c, _, _, _, ctype in cols}
+        return meta
+
+    # ---- session and value adaptation (see the module docstring) ----------------------------------------
+
+    def begin(self, conn: Connection) -> None:
+        """Prepare the session once per DBAPI connection (the pool's ``info`` lives as long as the connection
+        and is cleared when it is replaced)."""
+        info = conn.connection.info
+        if info.get(_SESSION_READY):
+            return
+        mode = conn.exec_driver_sql("SELECT @@SESSION.sql_mode").scalar() or ""
+        kept = session_sql_mode(mode)
+        if kept != mode:
+            conn.exec_driver_sql("SET SESSION time_zone = '+00:00', SESSION sql_mode = %s", (kept,))
+        else:
+            conn.exec_driver_sql("SET SESSION time_zone = '+00:00'")
+        info[_SESSION_READY] = True
+
+    def adapt_rows(self, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        k = (id(meta), cols)
+        hit = self._row_convs.get(k)
+        if hit is None or hit[0] is not meta:
+            if len(self._row_convs) >= _CACHE_LIMIT:
+                self._row_convs.clear()
+            hit = self._row_convs[k] = (meta, tuple(
+                (c, f) for c in cols if (f := mysql_converter(meta.types.get(c))) is not None))
+        convs = hit[1]
+        if not convs:
+            return rows
+        for r in rows:  # in place: the batch plan's own dicts; converters are idempotent
+            for c, f in convs:
+                v = r[c]
+                if v is not None:
+                    r[c] = f(v)
+        return rows
+
+    def adapt_keys(self, meta: TableMeta, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        hit = self._key_convs.get(id(meta))
+        if hit is None or hit[0] is not meta:
+            if len(self._key_convs) >= _CACHE_LIMIT:
+                self._key_convs.clear()
+            hit = self._key_convs[id(meta)] = (meta, tuple(
+                (i, f) for i, c in enumerate(meta.key) if (f := mysql_converter(meta.types.get(c))) is not None))
+        convs = hit[1]
+        if not convs:
+            return keys
+        out = []
+        for key in keys:
+            k2 = list(key)
+            for i, f in convs:
+                if k2[i] is not None:
+                    k2[i] = f(k2[i])
+            out.append(tuple(k2))
+        return out
 
     def ddl_dialect(self, conn: Connection) -> str:
         return "mariadb" if getattr(conn.dialect, "is_mariadb", False) else "mysql"
@@ -111,3 +192,54 @@ class MySQLSink(Sink):
         if schema:
             quoted = conn.dialect.identifier_preparer.quote_identifier(schema)
             conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS {quoted}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Session settings and value converters (pure; unit-tested in tests/unit/test_value_adapt.py)
+
+_SESSION_READY = "applier_mysql_session"
+_CACHE_LIMIT = 4096
+_ZERO_DATE_MODES = frozenset({"NO_ZERO_DATE", "NO_ZERO_IN_DATE"})
+_UTC = _dt.timezone.utc
+_EPOCH = _dt.datetime(1970, 1, 1)
+ZERO_TIMESTAMP = "0000-00-00 00:00:00"
+
+Converters = tuple[tuple[str, Callable[[Any], Any]], ...]
+KeyConverters = tuple[tuple[int, Callable[[Any], Any]], ...]
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+def session_sql_mode(mode: str) -> str:
+    """The session sql_mode the writer uses: the server's, minus the modes that refuse zero dates."""
+    parts = [m for m in mode.split(",") if m and m.upper() not in _ZERO_DATE_MODES]
+    return ",".join(parts)
+
+
+def mysql_converter(column_type: str | None) -> Callable[[Any], Any] | None:
+    """The converter for a column of this ``COLUMN_TYPE`` ("timestamp(6)", "time(3)", ...), or None."""
+    if not column_type:
+        return None
+    t = column_type.lower()
+    if t.startswith("timestamp"):
+        return _timestamp
+    if t.startswith("time"):
+        return _time
+    return None
+
+
+def _timestamp(v: Any) -> Any:
+    if type(v) is _dt.datetime:
+        if v.tzinfo is not None:
+            v = v.astimezone(_UTC).replace(tzinfo=None)
+        if v == _EPOCH:
+            return ZERO_TIMESTAMP  # the zero TIMESTAMP: MySQL stores both as 0 and refuses the 1970 literal
+    return v
+
+
+def _time(v: Any) -> Any:
+    if type(v) is _dt.timedelta:
+        return format_time(v)
+    return v

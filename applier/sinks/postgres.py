@@ -6,21 +6,51 @@ SQLAlchemy multi-row VALUES); deletes COPY the keys and run one ``DELETE ... USI
 ``ON COMMIT DROP`` temporaries created lazily once per transaction, so they always match the target's current
 shape even right after a DDL. All identifiers are quoted by SQLAlchemy's identifier preparer. PostgreSQL DDL is
 transactional, so a DDL commits together with its history row and the progress.
+
+Value adaptation (:meth:`PostgresSink.adapt_rows` / :meth:`~PostgresSink.adapt_keys`; the rules are tabled in
+``docs/value-rules.md``): the event model carries MySQL values, and a few have no PostgreSQL form as they are.
+Per target column type, read once per table from ``pg_catalog`` (``format_type`` plus the column comment that
+``applier/ddl/postgres.py`` writes for ENUM/SET), one converter is built and cached per table and column set;
+columns whose values pass unchanged get none, so a table of plain numbers and strings costs nothing per row.
+
+* ENUM/SET ordinals and bitmasks (Open Protocol, Canal-JSON, Simple) -> the member names, from the column's
+  ``applier:enum(...)`` / ``applier:set(...)`` comment; ordinal 0 is MySQL's '' error value. Names (Debezium,
+  Avro) pass. An integer for a ``text`` column without such a comment is refused with an ApplyError telling to
+  replicate the CREATE TABLE (or to write the comment by hand) - storing "2" would silently corrupt the column.
+  (That is a check of the first non-NULL value of the column in each batch: a protocol sends a column either
+  as ordinals or as text, never both.)
+* BIT integers -> bit strings of the column's width (``bit varying(n)``: MySQL's BIT(n) always has n bits).
+* TIMESTAMP: naive datetimes are UTC instants (TiCDC sends TIMESTAMP in the changefeed's time zone, UTC by
+  default; the applier assumes UTC) -> aware datetimes, so the session TimeZone cannot shift them.
+* Zero dates ('0000-00-00', '2020-00-15', '0000-00-00 00:00:00', which PostgreSQL cannot hold) -> '-infinity'
+  for date, timestamp and timestamptz columns: it keeps NOT NULL columns writable and sorts before every real
+  date like MySQL's zero date does; which zero date it was is lost. A TIMESTAMP of exactly 1970-01-01 00:00:00
+  UTC is MySQL's zero TIMESTAMP (MySQL's range starts one second later; Debezium sends the zero TIMESTAMP so)
+  and becomes '-infinity' too.
+* TIME (timedelta) -> MySQL's own text ('-838:59:59', '100:00:00.5'), which PostgreSQL stores as one signed
+  time span ('-35 days +01:00:01' is what psycopg would send for the same timedelta).
+
+Rows are converted in place (they are the batch plan's own dicts); keys are rebuilt. Every converter returns a
+value already in the target's form unchanged, so adapting twice is harmless.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
-from typing import Any
+import re
+from typing import Any, Callable
 
-from sqlalchemy import Column, MetaData, Table, and_, delete, select
+from sqlalchemy import Column, MetaData, Table, and_, delete, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import NullType
 
 from psycopg import sql as psql
 
-from applier.sinks.base import Sink, TableMeta
+from applier.codecs.types import format_time, is_zero_date
+from applier.ddl.postgres import TYPE_COMMENT_PREFIX, parse_type_comment
+from applier.sinks.base import ApplyError, Sink, TableMeta, reflect_table
 
 
 class PostgresSink(Sink):
@@ -29,6 +59,7 @@ class PostgresSink(Sink):
     def __init__(self, batch_rows: int = 5000) -> None:
         super().__init__(batch_rows * 4)  # COPY batches can be larger than statement batches
         self._stmts: dict[tuple[Any, ...], Any] = {}
+        self._adapters = AdapterCache(pg_converter)
 
     @property
     def ddl_is_transactional(self) -> bool:
@@ -92,3 +123,253 @@ class PostgresSink(Sink):
         if schema:
             quoted = conn.dialect.identifier_preparer.quote_identifier(schema)
             conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+
+    # ---- catalog types and value adaptation (see the module docstring) ----------------------------------
+
+    def reflect(self, conn: Connection, schema: str, name: str) -> TableMeta:
+        meta = reflect_table(conn, schema, name)
+        meta.types = catalog_types(conn, schema, name)
+        return meta
+
+    def adapt_rows(self, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        adapters = self._adapters.row(meta, cols)
+        return adapt_rows(meta, adapters, rows) if adapters[0] or adapters[1] else rows
+
+    def adapt_keys(self, meta: TableMeta, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        convs = self._adapters.key(meta)
+        return adapt_keys(meta, convs, keys) if convs else keys
+
+
+_CATALOG_TYPES = text(
+    "SELECT a.attname, format_type(a.atttypid, a.atttypmod), col_description(a.attrelid, a.attnum) "
+    "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = coalesce(CAST(:s AS name), current_schema()) AND c.relname = :t "
+    "AND a.attnum > 0 AND NOT a.attisdropped"
+)
+
+
+def catalog_types(conn: Connection, schema: str | None, name: str) -> dict[str, str]:
+    """column -> its type for the writer: ``format_type()`` ("bit varying(64)", "timestamp(6) with time zone"),
+    except a ``text`` column carrying an ``applier:enum(...)``/``applier:set(...)`` comment, which is given as
+    that upstream type ("enum('a','b')")."""
+    out: dict[str, str] = {}
+    for col, typ, comment in conn.execute(_CATALOG_TYPES, {"s": schema or None, "t": name}):
+        if typ == "text" and parse_type_comment(comment) is not None:
+            typ = comment[len(TYPE_COMMENT_PREFIX):]
+        out[col] = typ
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Value converters: pure functions of one value, built once per target column type. They return their input
+# unchanged when it is already in the target's form (so adapting twice is harmless) and raise ValueRefused
+# (turned into an ApplyError naming the table and column) for a value the column cannot take.
+
+NEG_INFINITY = "-infinity"
+_UTC = _dt.timezone.utc
+_EPOCH = _dt.datetime(1970, 1, 1)
+_BIT_TYPE = re.compile(r"bit(?: varying)?(?:\((\d+)\))?")
+
+
+class ValueRefused(ValueError):
+    """A value the target column cannot take; adapt_rows/adapt_keys add the table and column."""
+
+
+def pg_converter(typ: str | None) -> Callable[[Any], Any] | None:
+    """The converter for a column of (writer) type ``typ`` (see :func:`catalog_types`), or None."""
+    if not typ:
+        return None
+    if typ.startswith(("enum(", "set(")):
+        parsed = parse_type_comment(TYPE_COMMENT_PREFIX + typ)
+        if parsed is not None:
+            kind, members = parsed
+            return _enum_converter(members) if kind == "enum" else _set_converter(members)
+    if typ == "text":
+        return _plain_text
+    if typ == "date" or typ.startswith("timestamp") and typ.endswith("without time zone"):
+        return _zero_date
+    if typ.startswith("timestamp") and typ.endswith("with time zone"):
+        return _timestamptz
+    if typ.startswith("interval"):
+        return _interval
+    m = _BIT_TYPE.fullmatch(typ)
+    if m is not None:
+        return _bit_converter(int(m.group(1)) if m.group(1) else None)
+    return None
+
+
+def _enum_converter(members: tuple[str, ...]) -> Callable[[Any], Any]:
+    names = ("",) + members  # ordinal 0 is MySQL's '' (the error value of an invalid ENUM)
+    n = len(names)
+
+    def enum_name(v: Any) -> Any:
+        if type(v) is int:
+            if 0 <= v < n:
+                return names[v]
+            raise ValueRefused(f"ENUM ordinal {v} is not one of the {n - 1} members recorded in the column "
+                               "comment: the comment is stale (apply the upstream ALTER TABLE)")
+        return v
+
+    return enum_name
+
+
+def _set_converter(members: tuple[str, ...]) -> Callable[[Any], Any]:
+    k = len(members)
+    memo: dict[int, str] = {}
+
+    def set_names(v: Any) -> Any:
+        if type(v) is int:
+            out = memo.get(v)
+            if out is None:
+                if v < 0 or v >> k:
+                    raise ValueRefused(f"SET bitmask {v} has bits beyond the {k} members recorded in the column "
+                                       "comment: the comment is stale (apply the upstream ALTER TABLE)")
+                out = ",".join(m for i, m in enumerate(members) if v >> i & 1)
+                if len(memo) < 4096:
+                    memo[v] = out
+            return out
+        return v
+
+    return set_names
+
+
+def _plain_text(v: Any) -> Any:
+    """A check, not a conversion: a column is sent either as ordinals or as text, so adapt_rows tests only the
+    first non-NULL value of each batch (ints here would be every value of the column)."""
+    if type(v) is int:
+        raise ValueRefused(
+            f"the stream sends integers (ENUM ordinals or SET bitmasks, value {v}) for this text column, and "
+            "the member names are unknown: it has no 'applier:enum(...)' / 'applier:set(...)' comment. Replicate "
+            "the table's CREATE TABLE through the applier (start the changefeed before the table is created), or "
+            "record the members by hand, e.g. COMMENT ON COLUMN <table>.<column> IS 'applier:enum(''a'',''b'')', "
+            "then restart"
+        )
+    return v
+
+
+_plain_text.check_only = True  # type: ignore[attr-defined]
+
+
+def _bit_converter(width: int | None) -> Callable[[Any], Any]:
+    fmt = f"0{width}b" if width else "b"
+
+    def bits(v: Any) -> Any:
+        if isinstance(v, (bytes, bytearray)):
+            v = int.from_bytes(v, "big")
+        elif not isinstance(v, int):
+            return v  # already a bit string
+        if v < 0 or (width and v >> width):
+            raise ValueRefused(f"BIT value {v} does not fit in {width} bits")
+        return format(v, fmt)
+
+    return bits
+
+
+def _zero_date(v: Any) -> Any:
+    if type(v) is str and is_zero_date(v):
+        return NEG_INFINITY
+    return v
+
+
+def _timestamptz(v: Any) -> Any:
+    if type(v) is _dt.datetime:
+        if v.tzinfo is not None:
+            return v
+        if v == _EPOCH:
+            return NEG_INFINITY  # MySQL's zero TIMESTAMP (its range starts at 1970-01-01 00:00:01 UTC)
+        # (the positional constructor is about twice as fast as v.replace(tzinfo=...))
+        return _dt.datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, _UTC)
+    if type(v) is str and is_zero_date(v):
+        return NEG_INFINITY
+    return v
+
+
+def _interval(v: Any) -> Any:
+    if type(v) is _dt.timedelta:
+        return format_time(v)
+    return v
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Applying converters (shared shape with applier/sinks/mysql.py)
+
+Converters = tuple[tuple[str, Callable[[Any], Any]], ...]
+RowAdapters = tuple[Converters, Converters]  # (conversions, once-per-batch checks)
+
+
+class AdapterCache:
+    """Converters per table shape: (conversions, checks) of (column, converter) pairs for a column set,
+    (position, converter) pairs for the key (keys are few: checks run on every key). Entries hold their
+    TableMeta, so an id is never reused while its entry lives; a re-reflected table (after a DDL) is a new
+    TableMeta and gets new entries."""
+
+    LIMIT = 4096
+
+    def __init__(self, factory: Callable[[str | None], Callable[[Any], Any] | None]) -> None:
+        self.factory = factory
+        self._rows: dict[tuple[int, tuple[str, ...]], tuple[TableMeta, RowAdapters]] = {}
+        self._keys: dict[int, tuple[TableMeta, tuple[tuple[int, Callable[[Any], Any]], ...]]] = {}
+
+    def row(self, meta: TableMeta, cols: tuple[str, ...]) -> RowAdapters:
+        k = (id(meta), cols)
+        hit = self._rows.get(k)
+        if hit is not None and hit[0] is meta:
+            return hit[1]
+        pairs = [(c, f) for c in cols if (f := self.factory(meta.types.get(c))) is not None]
+        adapters = (tuple(p for p in pairs if not getattr(p[1], "check_only", False)),
+                    tuple(p for p in pairs if getattr(p[1], "check_only", False)))
+        if len(self._rows) >= self.LIMIT:
+            self._rows.clear()
+        self._rows[k] = (meta, adapters)
+        return adapters
+
+    def key(self, meta: TableMeta) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
+        hit = self._keys.get(id(meta))
+        if hit is not None and hit[0] is meta:
+            return hit[1]
+        convs = tuple((i, f) for i, c in enumerate(meta.key) if (f := self.factory(meta.types.get(c))) is not None)
+        if len(self._keys) >= self.LIMIT:
+            self._keys.clear()
+        self._keys[id(meta)] = (meta, convs)
+        return convs
+
+
+def adapt_rows(meta: TableMeta, adapters: RowAdapters, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Apply the conversions to every row and the checks to the first non-NULL value of their column; a refused
+    value becomes an ApplyError naming the table and column. Rows are converted in place: they are the batch
+    plan's own dicts (plan_batch builds them), and converters are idempotent."""
+    convs, checks = adapters
+    col = ""
+    try:
+        for col, f in checks:
+            for r in rows:
+                v = r[col]
+                if v is not None:
+                    f(v)
+                    break
+        for r in rows:
+            for col, f in convs:
+                v = r[col]
+                if v is not None:
+                    r[col] = f(v)
+    except ValueRefused as exc:
+        raise ApplyError(f"column {col!r} of target table {meta.display}: {exc}") from None
+    return rows
+
+
+def adapt_keys(meta: TableMeta, convs: tuple[tuple[int, Callable[[Any], Any]], ...],
+               keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    out = []
+    i = 0
+    try:
+        for k in keys:
+            k2 = list(k)
+            for i, f in convs:
+                v = k2[i]
+                if v is not None:
+                    k2[i] = f(v)
+            out.append(tuple(k2))
+    except ValueRefused as exc:
+        raise ApplyError(f"key column {meta.key[i]!r} of target table {meta.display}: {exc}") from None
+    return out

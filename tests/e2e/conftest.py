@@ -23,10 +23,10 @@ def _wanted() -> set[str]:
 
 @pytest.fixture(scope="session")
 def urls():
-    before = services.running() if hasattr(services, "running") else set()
+    before = {st.name for st in services.status(_wanted()) if st.up}
     u = services.start(_wanted())
     yield u
-    started = _wanted() - set(before)
+    started = _wanted() - before
     if started and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
         services.stop(started)
 

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
-from applier.ddl.postgres import pg_index_name
+from applier.ddl.postgres import parse_type_comment, pg_index_name, type_comment, MyType
 from applier.ddl.tidb import Cursor, significant, split_statements, split_top_level, tokenize
 
 
@@ -154,7 +154,11 @@ def test_create_table_full(vectors):
         '  "c_bit" bit varying(64),\n'
         '  "c_json" jsonb,\n'
         '  CONSTRAINT "tp_other_pkey" PRIMARY KEY ("id")\n'
-        ')'], "create_table", [("test", "tp_other")])
+        ')',
+        # the members ENUM/SET ordinals refer to, for the writer (text cannot say them)
+        'COMMENT ON COLUMN "test"."tp_other"."c_enum" IS \'applier:enum(\'\'a\'\',\'\'b\'\',\'\'c\'\')\'',
+        'COMMENT ON COLUMN "test"."tp_other"."c_set" IS \'applier:set(\'\'a\'\',\'\'b\'\',\'\'c\'\')\'',
+    ], "create_table", [("test", "tp_other")])
 
 
 def test_create_table_keys_and_index_names():
@@ -227,7 +231,7 @@ def test_long_index_names_are_hashed_and_remembered():
 def test_create_table_like():
     out = pg("CREATE TABLE t6 LIKE t5")
     assert out.kind == "create_table" and out.targets == [("s", "t6")]
-    assert out.statements[0] == 'CREATE TABLE IF NOT EXISTS "s"."t6" (LIKE "s"."t5" INCLUDING DEFAULTS)'
+    assert out.statements[0] == 'CREATE TABLE IF NOT EXISTS "s"."t6" (LIKE "s"."t5" INCLUDING DEFAULTS INCLUDING COMMENTS)'
     assert out.statements[1].startswith("DO $ddl$") and "to_regclass('\"s\".\"t5\"')" in out.statements[1]
     with pytest.raises(UnsupportedDDL, match="source table is ignored"):
         pg("CREATE TABLE t6 (LIKE tmp_t5)", r=route)
@@ -257,9 +261,12 @@ def test_add_column():
     assert stmts("alter table t1 add column col json not null") == [
         'ALTER TABLE "s"."t1" ADD COLUMN IF NOT EXISTS "col" jsonb DEFAULT \'null\' NOT NULL',
         'ALTER TABLE "s"."t1" ALTER COLUMN "col" DROP DEFAULT']
-    assert stmts("ALTER TABLE t ADD e enum('x','y') NOT NULL, ADD b binary(2) NOT NULL FIRST")[::2] == [
+    assert stmts("ALTER TABLE t ADD e enum('x','y') NOT NULL, ADD b binary(2) NOT NULL FIRST") == [
         'ALTER TABLE "s"."t" ADD COLUMN IF NOT EXISTS "e" text DEFAULT \'x\' NOT NULL',
-        'ALTER TABLE "s"."t" ADD COLUMN IF NOT EXISTS "b" bytea DEFAULT \'\\x0000\'::bytea NOT NULL']
+        'COMMENT ON COLUMN "s"."t"."e" IS \'applier:enum(\'\'x\'\',\'\'y\'\')\'',
+        'ALTER TABLE "s"."t" ALTER COLUMN "e" DROP DEFAULT',
+        'ALTER TABLE "s"."t" ADD COLUMN IF NOT EXISTS "b" bytea DEFAULT \'\\x0000\'::bytea NOT NULL',
+        'ALTER TABLE "s"."t" ALTER COLUMN "b" DROP DEFAULT']
     assert stmts("ALTER TABLE t ADD COLUMN d int NOT NULL DEFAULT 5 AFTER c") == [
         'ALTER TABLE "s"."t" ADD COLUMN IF NOT EXISTS "d" integer DEFAULT 5 NOT NULL']
     assert stmts("alter table t add column a double null") == [
@@ -300,6 +307,7 @@ def test_modify_column():
     assert out == [
         'ALTER TABLE "s"."t" ALTER COLUMN "b" DROP DEFAULT',
         'ALTER TABLE "s"."t" ALTER COLUMN "b" TYPE varchar(100) USING "b"::varchar(100)',
+        'COMMENT ON COLUMN "s"."t"."b" IS NULL',  # no longer an ENUM/SET (if it was one)
         'ALTER TABLE "s"."t" ALTER COLUMN "b" SET DEFAULT \'x\'',
         'ALTER TABLE "s"."t" ALTER COLUMN "b" SET NOT NULL',
     ]
@@ -307,8 +315,8 @@ def test_modify_column():
     assert out[:2] == ['ALTER TABLE "s"."example1" ALTER COLUMN "b" DROP DEFAULT',
                        'ALTER TABLE "s"."example1" ALTER COLUMN "b" TYPE bigint USING "b"::bigint']
     # MySQL makes the column nullable unless it is in the primary key: a guarded DROP NOT NULL
-    assert out[2].startswith("DO $ddl$") and "indisprimary AND a.attname = 'b'" in out[2]
-    assert 'ALTER TABLE "s"."example1" ALTER COLUMN "b" DROP NOT NULL;' in out[2]
+    assert out[3].startswith("DO $ddl$") and "indisprimary AND a.attname = 'b'" in out[3]
+    assert 'ALTER TABLE "s"."example1" ALTER COLUMN "b" DROP NOT NULL;' in out[3]
 
 
 def test_change_column():
@@ -316,6 +324,7 @@ def test_change_column():
         'ALTER TABLE "foo"."t1" RENAME COLUMN "COL" TO "COL2"',
         'ALTER TABLE "foo"."t1" ALTER COLUMN "COL2" DROP DEFAULT',
         'ALTER TABLE "foo"."t1" ALTER COLUMN "COL2" TYPE varchar(255) USING "COL2"::varchar(255)',
+        'COMMENT ON COLUMN "foo"."t1"."COL2" IS NULL',
         'ALTER TABLE "foo"."t1" ALTER COLUMN "COL2" SET NOT NULL',
     ]
     assert stmts("ALTER TABLE t CHANGE a a bigint NOT NULL")[0] == 'ALTER TABLE "s"."t" ALTER COLUMN "a" DROP DEFAULT'
@@ -511,6 +520,14 @@ _MYSQL_ONLY = re.compile(r"`|\b(AUTO_INCREMENT|UNSIGNED|ZEROFILL|ENGINE|CHARSET|
                          r"PARTITION|CLUSTERED)\b", re.I)
 
 
+def _assert_type_comment(stmt: str) -> None:
+    """A COMMENT ON COLUMN the translator wrote: NULL, or an applier:enum/set comment that parses back."""
+    m = re.fullmatch(r'COMMENT ON COLUMN "(?:[^"]|"")+"\."(?:[^"]|"")+"\."(?:[^"]|"")+" IS (NULL|\'(.*)\')', stmt, re.S)
+    assert m, stmt
+    if m.group(1) != "NULL":
+        assert parse_type_comment(m.group(2).replace("''", "'")) is not None, stmt
+
+
 def test_every_workload_ddl_translates(vectors):
     translated = refused = 0
     for workload, schema, stmt in _workload_ddl(vectors):
@@ -522,7 +539,9 @@ def test_every_workload_ddl_translates(vectors):
             continue
         translated += 1
         for s in out.statements:
-            if not s.startswith("DO "):
+            if s.startswith("COMMENT ON COLUMN "):
+                _assert_type_comment(s)
+            elif not s.startswith("DO "):
                 assert not _MYSQL_ONLY.search(s), (workload, stmt, s)
     assert translated > 150 and refused < 20
 
@@ -552,7 +571,10 @@ def test_every_workload_create_table(vectors):
             "PRIMARY", "UNIQUE", "KEY", "INDEX", "CONSTRAINT", "FULLTEXT", "CHECK", "FOREIGN")]
         assert [ln.split('"')[1] for ln in cols] == upstream_cols, (workload, stmt)
         for s in out.statements:
-            assert not _MYSQL_ONLY.search(s), (workload, s)
+            if s.startswith("COMMENT ON COLUMN "):
+                _assert_type_comment(s)
+            else:
+                assert not _MYSQL_ONLY.search(s), (workload, s)
         for ln in cols:
             assert re.match(r'^"[^"]+" (smallint|integer|bigint|numeric\(\d+,\d+\)|real|double precision|'
                             r'varchar\(\d+\)|text|bytea|date|timestamp\(\d\) with(out)? time zone|interval\(\d\)|'
@@ -632,3 +654,52 @@ def test_workload_ddl_runs_on_a_live_postgresql(vectors):
         conn.close()
     # the workloads reference tables created in other files (undefined table) or reuse names (duplicate)
     assert [f for f in failures if f[2] not in ("42P01", "42P07")] == []
+
+
+# --------------------------------------------------------------------------------------------- ENUM/SET member comments
+
+
+def test_enum_and_set_members_are_recorded_in_column_comments():
+    out = stmts("CREATE TABLE t (id int PRIMARY KEY, e ENUM('a','b ','it''s','x,y','') NOT NULL, "
+                "s SET('r','w') DEFAULT 'r', v varchar(3))")
+    assert out[1:] == [
+        'COMMENT ON COLUMN "s"."t"."e" IS \'applier:enum(\'\'a\'\',\'\'b\'\',\'\'it\'\'\'\'s\'\',\'\'x,y\'\',\'\'\'\')\'',
+        'COMMENT ON COLUMN "s"."t"."s" IS \'applier:set(\'\'r\'\',\'\'w\'\')\'',
+    ]
+    # MySQL drops the trailing spaces of member names; the comment holds the names rows will carry
+    assert parse_type_comment("applier:enum('a','b','it''s','x,y','')") == ("enum", ("a", "b", "it's", "x,y", ""))
+    assert stmts("ALTER TABLE t ADD COLUMN s2 SET('x') NULL") == [
+        'ALTER TABLE "s"."t" ADD COLUMN IF NOT EXISTS "s2" text',
+        'COMMENT ON COLUMN "s"."t"."s2" IS \'applier:set(\'\'x\'\')\'']
+    # MODIFY to a wider ENUM records the new members; CHANGE keeps them on the new name
+    out = stmts("ALTER TABLE t MODIFY e ENUM('a','b','c')")
+    assert out[2] == 'COMMENT ON COLUMN "s"."t"."e" IS \'applier:enum(\'\'a\'\',\'\'b\'\',\'\'c\'\')\''
+    out = stmts("ALTER TABLE t CHANGE e e2 ENUM('a')")
+    assert 'COMMENT ON COLUMN "s"."t"."e2" IS \'applier:enum(\'\'a\'\')\'' in out
+
+
+@pytest.mark.parametrize("comment", [
+    None, "", "a user comment", "applier:", "applier:enum", "applier:enum(", "applier:enum('a'", "applier:enum(a)",
+    "applier:enum('a',)", "applier:enum('a''b)", "applier:bit(3)", "applier:enum('a' ,'b')", "xapplier:enum('a')",
+])
+def test_other_or_malformed_comments_are_not_type_comments(comment):
+    assert parse_type_comment(comment) is None
+
+
+def test_empty_member_lists_and_unicode():
+    assert parse_type_comment("applier:set()") == ("set", ())
+    t = MyType("enum", values=["ü", "😀", "'", "''", "a\nb"])
+    assert parse_type_comment(type_comment(t)) == ("enum", ("ü", "😀", "'", "''", "a\nb"))
+    assert type_comment(MyType("varchar", ["3"])) is None
+    assert type_comment(MyType("enum", values=["a\0"])) is None  # PostgreSQL text cannot hold NUL
+
+
+try:
+    from hypothesis import given, strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    @given(st.sampled_from(["enum", "set"]), st.lists(st.text().map(lambda m: m.rstrip(" ").replace("\0", "")), max_size=8))
+    def test_type_comment_round_trips(kind, members):
+        assert parse_type_comment(type_comment(MyType(kind, values=members))) == (kind, tuple(members))
