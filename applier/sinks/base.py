@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy import Column as SAColumn, MetaData, Table, inspect
 from sqlalchemy.types import NullType
@@ -200,8 +200,11 @@ class Sink(abc.ABC):
     dialect: str  # "mysql" or "postgresql", as the DDL translator names them
 
     def __init__(self, batch_rows: int = 5000) -> None:
+        from applier.sinks.adapt import AdapterCache
+
         self.batch_rows = batch_rows
         self._meta: dict[tuple[str, str], TableMeta] = {}
+        self._adapters = AdapterCache(self.value_converter)
 
     def table(self, conn: Connection, schema: str, name: str) -> TableMeta:
         k = (schema, name)
@@ -230,12 +233,20 @@ class Sink(abc.ABC):
             for lo in range(0, len(rows), self.batch_rows):
                 self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
 
+    def value_converter(self, column_type: str | None) -> "Callable[[Any], Any] | None":
+        """The function that turns a decoded upstream value into what a target column of this catalog type
+        stores, or None when the value goes as it is (dialect specific; see applier/sinks/adapt.py)."""
+        return None
+
     def adapt_rows(self, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Turn decoded upstream values into what this target column type stores (dialect specific)."""
-        return rows
+        from applier.sinks.adapt import adapt_rows
+        adapters = self._adapters.row(meta, cols)
+        return adapt_rows(meta, adapters, rows) if adapters[0] or adapters[1] else rows
 
     def adapt_keys(self, meta: TableMeta, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        return keys
+        from applier.sinks.adapt import adapt_keys
+        convs = self._adapters.key(meta)
+        return adapt_keys(meta, convs, keys) if convs else keys
 
     @abc.abstractmethod
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None: ...

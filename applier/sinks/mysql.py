@@ -66,8 +66,6 @@ class MySQLSink(Sink):
     def __init__(self, batch_rows: int = 5000) -> None:
         super().__init__(batch_rows)
         self._sql: dict[tuple[Any, ...], str] = {}
-        self._row_convs: dict[tuple[int, tuple[str, ...]], tuple[TableMeta, Converters]] = {}
-        self._key_convs: dict[int, tuple[TableMeta, KeyConverters]] = {}
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         ck = (id(meta.table), cols)
@@ -143,42 +141,8 @@ class MySQLSink(Sink):
             conn.exec_driver_sql("SET SESSION time_zone = '+00:00'")
         info[_SESSION_READY] = True
 
-    def adapt_rows(self, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        k = (id(meta), cols)
-        hit = self._row_convs.get(k)
-        if hit is None or hit[0] is not meta:
-            if len(self._row_convs) >= _CACHE_LIMIT:
-                self._row_convs.clear()
-            hit = self._row_convs[k] = (meta, tuple(
-                (c, f) for c in cols if (f := mysql_converter(meta.types.get(c))) is not None))
-        convs = hit[1]
-        if not convs:
-            return rows
-        for r in rows:  # in place: the batch plan's own dicts; converters are idempotent
-            for c, f in convs:
-                v = r[c]
-                if v is not None:
-                    r[c] = f(v)
-        return rows
-
-    def adapt_keys(self, meta: TableMeta, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        hit = self._key_convs.get(id(meta))
-        if hit is None or hit[0] is not meta:
-            if len(self._key_convs) >= _CACHE_LIMIT:
-                self._key_convs.clear()
-            hit = self._key_convs[id(meta)] = (meta, tuple(
-                (i, f) for i, c in enumerate(meta.key) if (f := mysql_converter(meta.types.get(c))) is not None))
-        convs = hit[1]
-        if not convs:
-            return keys
-        out = []
-        for key in keys:
-            k2 = list(key)
-            for i, f in convs:
-                if k2[i] is not None:
-                    k2[i] = f(k2[i])
-            out.append(tuple(k2))
-        return out
+    def value_converter(self, column_type: str | None) -> Callable[[Any], Any] | None:
+        return mysql_converter(column_type)
 
     def ddl_dialect(self, conn: Connection) -> str:
         return "mariadb" if getattr(conn.dialect, "is_mariadb", False) else "mysql"
@@ -198,15 +162,10 @@ class MySQLSink(Sink):
 # Session settings and value converters (pure; unit-tested in tests/unit/test_value_adapt.py)
 
 _SESSION_READY = "applier_mysql_session"
-_CACHE_LIMIT = 4096
 _ZERO_DATE_MODES = frozenset({"NO_ZERO_DATE", "NO_ZERO_IN_DATE"})
 _UTC = _dt.timezone.utc
 _EPOCH = _dt.datetime(1970, 1, 1)
 ZERO_TIMESTAMP = "0000-00-00 00:00:00"
-
-Converters = tuple[tuple[str, Callable[[Any], Any]], ...]
-KeyConverters = tuple[tuple[int, Callable[[Any], Any]], ...]
-
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, (bytes, bytearray)) else str(v)

@@ -7,7 +7,7 @@ SQLAlchemy multi-row VALUES); deletes COPY the keys and run one ``DELETE ... USI
 shape even right after a DDL. All identifiers are quoted by SQLAlchemy's identifier preparer. PostgreSQL DDL is
 transactional, so a DDL commits together with its history row and the progress.
 
-Value adaptation (:meth:`PostgresSink.adapt_rows` / :meth:`~PostgresSink.adapt_keys`; the rules are tabled in
+Value adaptation (:meth:`PostgresSink.value_converter`, applied by applier/sinks/adapt.py; the rules are tabled in
 ``docs/value-rules.md``): the event model carries MySQL values, and a few have no PostgreSQL form as they are.
 Per target column type, read once per table from ``pg_catalog`` (``format_type`` plus the column comment that
 ``applier/ddl/postgres.py`` writes for ENUM/SET), one converter is built and cached per table and column set;
@@ -50,6 +50,7 @@ from psycopg import sql as psql
 
 from applier.codecs.types import format_time, is_zero_date
 from applier.ddl.postgres import TYPE_COMMENT_PREFIX, parse_type_comment
+from applier.sinks.adapt import ValueRefused
 from applier.sinks.base import ApplyError, Sink, TableMeta, reflect_table
 
 
@@ -59,7 +60,6 @@ class PostgresSink(Sink):
     def __init__(self, batch_rows: int = 5000) -> None:
         super().__init__(batch_rows * 4)  # COPY batches can be larger than statement batches
         self._stmts: dict[tuple[Any, ...], Any] = {}
-        self._adapters = AdapterCache(pg_converter)
 
     @property
     def ddl_is_transactional(self) -> bool:
@@ -131,13 +131,8 @@ class PostgresSink(Sink):
         meta.types = catalog_types(conn, schema, name)
         return meta
 
-    def adapt_rows(self, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        adapters = self._adapters.row(meta, cols)
-        return adapt_rows(meta, adapters, rows) if adapters[0] or adapters[1] else rows
-
-    def adapt_keys(self, meta: TableMeta, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        convs = self._adapters.key(meta)
-        return adapt_keys(meta, convs, keys) if convs else keys
+    def value_converter(self, column_type: str | None) -> Callable[[Any], Any] | None:
+        return pg_converter(column_type)
 
 
 _CATALOG_TYPES = text(
@@ -170,10 +165,6 @@ NEG_INFINITY = "-infinity"
 _UTC = _dt.timezone.utc
 _EPOCH = _dt.datetime(1970, 1, 1)
 _BIT_TYPE = re.compile(r"bit(?: varying)?(?:\((\d+)\))?")
-
-
-class ValueRefused(ValueError):
-    """A value the target column cannot take; adapt_rows/adapt_keys add the table and column."""
 
 
 def pg_converter(typ: str | None) -> Callable[[Any], Any] | None:
@@ -289,87 +280,3 @@ def _interval(v: Any) -> Any:
     if type(v) is _dt.timedelta:
         return format_time(v)
     return v
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Applying converters (shared shape with applier/sinks/mysql.py)
-
-Converters = tuple[tuple[str, Callable[[Any], Any]], ...]
-RowAdapters = tuple[Converters, Converters]  # (conversions, once-per-batch checks)
-
-
-class AdapterCache:
-    """Converters per table shape: (conversions, checks) of (column, converter) pairs for a column set,
-    (position, converter) pairs for the key (keys are few: checks run on every key). Entries hold their
-    TableMeta, so an id is never reused while its entry lives; a re-reflected table (after a DDL) is a new
-    TableMeta and gets new entries."""
-
-    LIMIT = 4096
-
-    def __init__(self, factory: Callable[[str | None], Callable[[Any], Any] | None]) -> None:
-        self.factory = factory
-        self._rows: dict[tuple[int, tuple[str, ...]], tuple[TableMeta, RowAdapters]] = {}
-        self._keys: dict[int, tuple[TableMeta, tuple[tuple[int, Callable[[Any], Any]], ...]]] = {}
-
-    def row(self, meta: TableMeta, cols: tuple[str, ...]) -> RowAdapters:
-        k = (id(meta), cols)
-        hit = self._rows.get(k)
-        if hit is not None and hit[0] is meta:
-            return hit[1]
-        pairs = [(c, f) for c in cols if (f := self.factory(meta.types.get(c))) is not None]
-        adapters = (tuple(p for p in pairs if not getattr(p[1], "check_only", False)),
-                    tuple(p for p in pairs if getattr(p[1], "check_only", False)))
-        if len(self._rows) >= self.LIMIT:
-            self._rows.clear()
-        self._rows[k] = (meta, adapters)
-        return adapters
-
-    def key(self, meta: TableMeta) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
-        hit = self._keys.get(id(meta))
-        if hit is not None and hit[0] is meta:
-            return hit[1]
-        convs = tuple((i, f) for i, c in enumerate(meta.key) if (f := self.factory(meta.types.get(c))) is not None)
-        if len(self._keys) >= self.LIMIT:
-            self._keys.clear()
-        self._keys[id(meta)] = (meta, convs)
-        return convs
-
-
-def adapt_rows(meta: TableMeta, adapters: RowAdapters, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Apply the conversions to every row and the checks to the first non-NULL value of their column; a refused
-    value becomes an ApplyError naming the table and column. Rows are converted in place: they are the batch
-    plan's own dicts (plan_batch builds them), and converters are idempotent."""
-    convs, checks = adapters
-    col = ""
-    try:
-        for col, f in checks:
-            for r in rows:
-                v = r[col]
-                if v is not None:
-                    f(v)
-                    break
-        for r in rows:
-            for col, f in convs:
-                v = r[col]
-                if v is not None:
-                    r[col] = f(v)
-    except ValueRefused as exc:
-        raise ApplyError(f"column {col!r} of target table {meta.display}: {exc}") from None
-    return rows
-
-
-def adapt_keys(meta: TableMeta, convs: tuple[tuple[int, Callable[[Any], Any]], ...],
-               keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    out = []
-    i = 0
-    try:
-        for k in keys:
-            k2 = list(k)
-            for i, f in convs:
-                v = k2[i]
-                if v is not None:
-                    k2[i] = f(v)
-            out.append(tuple(k2))
-    except ValueRefused as exc:
-        raise ApplyError(f"key column {meta.key[i]!r} of target table {meta.display}: {exc}") from None
-    return out
