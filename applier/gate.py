@@ -62,6 +62,19 @@ def ddl_identity(ev: DDL) -> tuple[int, str, str, str]:
     return (ev.commit_ts, ev.schema, ev.table, ev.query)
 
 
+def row_fingerprint(ev: RowChange) -> tuple[int, int]:
+    """Identity of a row change's content (not its position): a re-sent copy has the same fingerprint.
+    Within one commit ts TiKV keeps one change per key, so two different changes never share it."""
+    def image(d: dict | None) -> tuple | None:
+        return None if d is None else tuple(d.items())
+    content = (ev.schema, ev.table, ev.op.value, image(ev.before), image(ev.after))
+    try:
+        h = hash(content)
+    except TypeError:  # an unhashable value (should not happen with decoded values): fall back to its text
+        h = hash(repr(content))
+    return (ev.commit_ts, h)
+
+
 def event_size(ev: Held) -> int:
     return (ev.size or 0) + EVENT_OVERHEAD_BYTES
 
@@ -179,6 +192,7 @@ class Gate:
         self._disk: list[_DiskRun] = []
         self._mem_bytes = 0
         self._held_ddl: set[tuple[int, str, str, str]] = set(seen_ddl)
+        self._held_rows: set[tuple[int, int]] = set()  # (commit_ts, fingerprint) of held row changes
         self.stats = {"duplicates_dropped": 0, "ddl_duplicates_dropped": 0, "spills": 0, "spilled_events": 0}
         self.next_offsets: dict[TopicPartition, int] = {}
         # Resolved events seen per partition as (offset, ts), kept from the restart offset on: after a crash
@@ -218,11 +232,24 @@ class Gate:
                 self.stats["duplicates_dropped"] += 1
                 continue
             if isinstance(ev, DDL):
-                ident = ddl_identity(ev)
-                if ident in self._held_ddl:
-                    self.stats["ddl_duplicates_dropped"] += 1
+                # Gated, a broadcast DDL is kept once (commit order makes it a barrier for every partition).
+                # Ungated, release is in offset order per partition, so each partition's copy must stay as
+                # that partition's barrier; the DDL history runs it once.
+                if self.gated:
+                    ident = ddl_identity(ev)
+                    if ident in self._held_ddl:
+                        self.stats["ddl_duplicates_dropped"] += 1
+                        continue
+                    self._held_ddl.add(ident)
+            elif self.gated:
+                # A TiCDC restart re-sends whole transactions. A copy of an event still held is dropped: were it
+                # kept, a micro-batch boundary cutting the copy in two could release its delete now and drop its
+                # insert later (as at or below the applied ts), losing the row.
+                fp = row_fingerprint(ev)
+                if fp in self._held_rows:
+                    self.stats["duplicates_dropped"] += 1
                     continue
-                self._held_ddl.add(ident)
+                self._held_rows.add(fp)
             run.append(ev)
             run_bytes += event_size(ev)
         if not run:
@@ -360,6 +387,7 @@ class Gate:
         if done_ts > self.applied_ts:
             self.applied_ts = done_ts
         self._held_ddl = {k for k in self._held_ddl if k[0] > self.applied_ts}
+        self._held_rows = {k for k in self._held_rows if k[0] > self.applied_ts}
 
     # ---- spill --------------------------------------------------------------------------------------
     def spill(self) -> None:

@@ -1,12 +1,48 @@
 """A TiCDC-shaped changefeed generator for the demo, the end-to-end tests and the benchmark.
 
-It writes what a TiCDC changefeed writes into Kafka, in either protocol: a CREATE TABLE per table broadcast
-to every partition, row changes dispatched by primary key to a partition, upstream transactions touching
-several tables, primary-key-changing updates split into delete + insert (TiCDC's default for MQ sinks),
-unique-key swaps, deletes, an ALTER TABLE ADD COLUMN mid-stream, resolved ts broadcast to every partition at
-a cadence, and at-least-once replays (a TiCDC restart re-sends everything after an older checkpoint and an
-older resolved ts). Alongside it keeps the expected final state of every table, so a test can compare the
-target row for row.
+It writes what a TiCDC changefeed writes into Kafka: a CREATE TABLE per table broadcast to every partition,
+row changes dispatched by primary key to a partition, upstream transactions touching several tables,
+primary-key-changing updates split into delete + insert (TiCDC's default for MQ sinks), unique-key swaps,
+deletes, an ALTER TABLE ADD COLUMN mid-stream, resolved ts broadcast to every partition at a cadence, and
+at-least-once replays (a TiCDC restart re-sends everything after an older checkpoint and an older resolved
+ts). Alongside it keeps the expected final state of every table, so a test can compare the target row for row.
+
+Protocols (``generate(protocol, ...)``; :attr:`Workload.source_protocol` and :attr:`Workload.codec` say how to
+configure the applier's ``[source]`` for each):
+
+================  ==============================================================================================
+``open``          Open Protocol, rows batched per message (``rows_per_message``); resolved events.
+``canal-json``    Canal-JSON with ``enable-tidb-extension=true`` (commit ts, ``TIDB_WATERMARK``).
+``canal-json-     Canal-JSON without the extension: no commit ts and no watermark (ungated). DDL goes to
+noext``           partition 0 only, as TiCDC does for canal/canal-json (``PartitionZero``).
+``simple``        Simple protocol, JSON: DDL carry the table schema (``tableSchema``/``preTableSchema``), DML
+                  carry ``schemaVersion``, WATERMARK broadcast, BOOTSTRAP of every table to every partition
+                  after the CREATEs and every ``bootstrap_every`` transactions (send-bootstrap-interval).
+``simple-avro``   The same in the Simple protocol's Avro encoding (``encoding_format = "avro"``).
+``debezium``      TiCDC's Debezium JSON (schema envelope, no TiDB extension: ungated); schema-change messages
+                  for the DDL, broadcast to every partition like TiCDC's ``PartitionAll``.
+``avro``          TiCDC's flat Avro with a Confluent registry (``registry=``, e.g. a RegistryClient): one topic
+                  per table (``<topic_prefix>-<table>``, so messages are 4-tuples with their topic), the TiDB
+                  extension on (``AvroEncoder``'s default), deletes as tombstones, no DDL and no watermark.
+================  ==============================================================================================
+
+Protocols without a watermark (canal-json-noext, debezium, avro; :attr:`Workload.gated` is False) are applied
+in per-partition offset order, which keeps the order of each *key*. The generator therefore dispatches the rows
+of a table with a unique key besides its primary key (``customers``: its unique-key swaps move an e-mail from
+one id to another) by table, to one partition - TiCDC's default ``table`` dispatcher; ``orders`` stays
+dispatched by primary key. With key dispatch such a swap could be applied half on one partition before the
+other half's delete on another partition, which no per-partition order can fix.
+
+DDL the stream does not carry - every DDL for ``avro``, the CREATE TABLEs when a Simple consumer starts
+``mid_stream`` - is listed in :attr:`Workload.target_ddl` as ``(index, DDL)``: the operator must have applied
+it to the target (:func:`apply_target_ddl`) before the applier consumes ``messages[index]``. Applying all of
+them up front is fine for this generator's DDL (CREATE TABLEs and one nullable ADD COLUMN).
+
+``mid_stream=True`` (Simple only) writes the stream a consumer sees when it starts after the tables were created
+(after a retention cut, or a changefeed started later, with a replica seeded while the tables were empty): no
+CREATE TABLE and no first BOOTSTRAP, so the first messages are row changes the decoder cannot decode yet and
+must hold; the first periodic BOOTSTRAP (transaction ``bootstrap_every``) - or the ALTER TABLE message, whose
+``preTableSchema`` describes the old version - releases them.
 """
 
 from __future__ import annotations
@@ -14,11 +50,12 @@ from __future__ import annotations
 import datetime as dt
 import random
 import time
+import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Iterable
 
-from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
+from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition, TableSchema
 
 SCHEMA = "shop"
 
@@ -45,26 +82,61 @@ CUSTOMERS_COLS = (
 )
 AUDIT_COLS = (Column("id", "int", nullable=False, key=True), Column("what", "varchar"))
 
+#: every table's columns at CREATE TABLE, and the column list each ALTER TABLE leaves (for the protocols whose
+#: DDL messages carry the table's schema: simple, debezium)
+TABLE_COLS = {"orders": ORDERS_COLS, "customers": CUSTOMERS_COLS, "audit_log": AUDIT_COLS}
+ALTER_COLS = {ALTER_DDL: ORDERS_COLS_V2}
+#: full MySQL types the event model does not carry (debezium's schema envelope, avro's DECIMAL(M, D))
+FIELD_TYPES = {"orders": {"amount": "decimal(12,2)", "created": "datetime(6)"}}
+
+PROTOCOLS = ("open", "canal-json", "canal-json-noext", "simple", "simple-avro", "debezium", "avro")
+#: protocols whose stream has no watermark: the applier applies them in per-partition offset order
+UNGATED_PROTOCOLS = frozenset({"canal-json-noext", "debezium", "avro"})
+#: tables with a unique key besides the primary key: dispatched by table for ungated protocols (module docs)
+TABLE_DISPATCHED = frozenset({"customers"})
+
 
 def tso(physical_ms: int, logical: int = 0) -> int:
     return (physical_ms << 18) + logical
 
 
+#: (partition, key, value) for the caller's topic, or (partition, key, value, topic) (avro: one topic per
+#: table). ``value`` is None only for avro's delete tombstones.
+Message = tuple[int, bytes | None, bytes] | tuple[int, bytes | None, bytes | None, str]
+
+
 @dataclass
 class Workload:
-    """Messages per partition, in the order TiCDC would have written them, and the expected state."""
+    """Messages per partition, in the order TiCDC would have written them, and the expected state.
+
+    ``source_protocol``/``codec`` are the applier's ``source.protocol`` and ``[source.codec]`` for the stream
+    (``protocol`` is the generator's name, e.g. "simple-avro"); ``gated`` whether the stream has watermarks.
+    ``topics`` lists the topics the 4-tuple messages name (avro), in first-use order; empty when every message
+    goes to the one topic the caller passes to :func:`produce`. ``target_ddl`` is the DDL the stream does not
+    carry, as ``(index into messages, DDL)``: apply each to the target before the applier reads that message.
+    """
 
     protocol: str
     partitions: int
-    messages: list[tuple[int, bytes | None, bytes]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
     expected: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
     events: int = 0
     final_ts: int = 0
     row_changes: dict[str, int] = field(default_factory=dict)  # per table, replays not counted
+    source_protocol: str = ""
+    codec: dict[str, Any] = field(default_factory=dict)
+    gated: bool = True
+    topics: list[str] = field(default_factory=list)
+    target_ddl: list[tuple[int, DDL]] = field(default_factory=list)
+
+    def target_ddl_before(self, index: int) -> list[DDL]:
+        """The operator's DDL that must be in place before ``messages[index]`` is read."""
+        return [d for i, d in self.target_ddl if i <= index]
 
 
 class _Gen:
-    def __init__(self, protocol: str, partitions: int, seed: int, rows_per_message: int) -> None:
+    def __init__(self, protocol: str, partitions: int, seed: int, rows_per_message: int, *,
+                 registry: Any = None, topic_prefix: str | None = None, mid_stream: bool = False) -> None:
         from applier.codecs.open import encode_open, encode_open_batch
         self.protocol = protocol
         self.parts = partitions
@@ -79,6 +151,32 @@ class _Gen:
         self._open_batch = encode_open_batch
         self.state: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {"orders": {}, "customers": {}}
         self.orders_cols = ORDERS_COLS
+        # the protocols added after open/canal-json (none of this touches the rng, so those two stay as they were)
+        self.ungated = protocol in UNGATED_PROTOCOLS
+        self.mid_stream = mid_stream
+        self.topic_prefix = topic_prefix
+        self.table_cols: dict[str, tuple[Column, ...]] = dict(TABLE_COLS)
+        self.schemas: dict[tuple[str, tuple[Column, ...]], TableSchema] = {}  # simple: (table, columns) -> schema
+        self.base_version = tso(self.ts_ms - 1000)  # simple: a table's schema version without a CREATE TABLE
+        self.ddl_schemas: dict[tuple[int, str, str], tuple[tuple[Column, ...] | None, tuple[Column, ...]]] = {}
+        self.avro = None
+        wl = self.wl
+        wl.gated = not self.ungated
+        wl.source_protocol = {"canal-json-noext": "canal-json", "simple-avro": "simple"}.get(protocol, protocol)
+        if protocol == "canal-json-noext":
+            wl.codec = {"require_tidb_extension": False}
+        elif protocol == "simple-avro":
+            wl.codec = {"encoding_format": "avro"}
+        elif protocol == "avro":
+            from applier.codecs.avro import AvroEncoder, ColumnSpec
+            specs = {f"{SCHEMA}.{t}": {c: ColumnSpec(precision=int(p), scale=int(s))
+                                       for c, ft in cols.items() if ft.startswith("decimal(")
+                                       for p, s in [ft[len("decimal("):-1].split(",")]}
+                     for t, cols in FIELD_TYPES.items()}
+            self.avro = AvroEncoder(registry, column_specs=specs)
+            url = getattr(registry, "url", None)
+            if isinstance(url, str) and url.startswith(("http://", "https://")):
+                wl.codec = {"registry_url": url}  # without credentials: a RegistryClient keeps them apart
 
     # -- time and encoding -------------------------------------------------------------------------------
     def next_ts(self) -> int:
@@ -86,6 +184,8 @@ class _Gen:
         return tso(self.ts_ms, self.rng.randint(0, 100))
 
     def _emit(self, part: int, ev: Any) -> None:
+        if self.ungated and isinstance(ev, Resolved):
+            return  # these protocols carry no watermark
         self.wl.events += 1
         if self.protocol == "open" and isinstance(ev, RowChange):
             self.pending[part].append(ev)
@@ -93,6 +193,9 @@ class _Gen:
                 self._flush(part)
             return
         self._flush(part)
+        if self.protocol not in ("open", "canal-json"):
+            self.wl.messages.extend(self._encode_more(part, ev))
+            return
         self.wl.messages.append((part, *self._encode(ev)))
 
     def _flush(self, part: int) -> None:
@@ -107,6 +210,66 @@ class _Gen:
         from applier.codecs.canal_json import encode_canal_json
         return encode_canal_json(ev)
 
+    def _encode_more(self, part: int, ev: Any) -> list[Message]:
+        """The messages of one event in the protocols other than open/canal-json."""
+        proto = self.protocol
+        if proto == "canal-json-noext":
+            from applier.codecs.canal_json import encode_canal_json
+            return [(part, *encode_canal_json(ev, enable_tidb_extension=False, build_ts_ms=self._build_ms(ev)))]
+        if proto in ("simple", "simple-avro"):
+            from applier.codecs.simple import encode_simple
+            fmt = "avro" if proto == "simple-avro" else "json"
+            if isinstance(ev, TableSchema):
+                return [(part, *encode_simple(ev, encoding_format=fmt, build_ts_ms=self.ts_ms))]
+            if isinstance(ev, DDL):
+                before, after = self.ddl_schemas[(ev.commit_ts, ev.table, ev.query)]
+                return [(part, *encode_simple(
+                    ev, encoding_format=fmt, table_schema=self.table_schema(ev.table, after),
+                    pre_table_schema=None if before is None else self.table_schema(ev.table, before),
+                    build_ts_ms=self._build_ms(ev)))]
+            if isinstance(ev, RowChange):
+                return [(part, *encode_simple(ev, encoding_format=fmt, build_ts_ms=self._build_ms(ev),
+                                              table_schema=self.table_schema(ev.table, ev.columns)))]
+            return [(part, *encode_simple(ev, encoding_format=fmt, build_ts_ms=self.ts_ms))]
+        if proto == "debezium":
+            from applier.codecs.debezium import encode_debezium
+            ftypes = FIELD_TYPES.get(ev.table, {})
+            if isinstance(ev, DDL):
+                _, after = self.ddl_schemas[(ev.commit_ts, ev.table, ev.query)]
+                return [(part, *encode_debezium(ev, table_columns=after, field_types=ftypes,
+                                                ts_ms=self._build_ms(ev)))]
+            return [(part, *encode_debezium(ev, field_types=ftypes, ts_ms=self._build_ms(ev)))]
+        if proto == "avro":
+            if not isinstance(ev, RowChange):
+                return []  # no DDL or watermark in this protocol (DDL goes to Workload.target_ddl)
+            topic = self.avro_topic(ev.table)
+            return [(part, k, v, topic) for k, v in self.avro.encode(ev, topic)]
+        raise ValueError(f"unknown protocol {proto!r}")  # pragma: no cover - generate() checks
+
+    @staticmethod
+    def _build_ms(ev: Any) -> int:
+        return ev.commit_ts >> 18  # the commit's physical time (TiCDC writes the wall clock; this is stable)
+
+    def avro_topic(self, table: str) -> str:
+        return f"{self.topic_prefix}-{table}"
+
+    def table_schema(self, table: str, cols: tuple[Column, ...], version: int | None = None) -> TableSchema:
+        """Simple: the table's schema for one column list; its version is the commit ts of the DDL that made it
+        (TiCDC sends the table info's UpdateTS), or a fixed older one for a table without a CREATE TABLE."""
+        key = (table, cols)
+        ts = self.schemas.get(key)
+        if ts is None:
+            ts = self.schemas[key] = TableSchema(SCHEMA, table, version or self.base_version, cols)
+        return ts
+
+    def bootstrap(self) -> None:
+        """Simple: a BOOTSTRAP of every table's current schema to every partition (send-bootstrap-to-all-
+        partition); not part of the replayable history."""
+        for table, cols in self.table_cols.items():
+            schema = self.table_schema(table, cols)
+            for p in range(self.parts):
+                self._emit(p, schema)
+
     def flush_all(self) -> None:
         for p in range(self.parts):
             self._flush(p)
@@ -114,6 +277,22 @@ class _Gen:
     # -- events -----------------------------------------------------------------------------------------
     def ddl(self, table: str, query: str) -> None:
         ts = self.next_ts()
+        if self.protocol not in ("open", "canal-json"):
+            before = None if query.startswith("CREATE") else self.table_cols[table]
+            after = TABLE_COLS[table] if before is None else ALTER_COLS[query]
+            self.table_cols[table] = after
+            self.ddl_schemas[(ts, table, query)] = (before, after)
+            self.table_schema(table, after, version=ts)
+            carried = not (self.protocol == "avro" or (self.mid_stream and before is None))
+            if not carried:  # the operator applies it to the target (Workload.target_ddl)
+                ev = DDL(SCHEMA, table, ts, query, SourcePosition("", 0, 0), ddl_type=3 if before is None else 5)
+                self.wl.target_ddl.append((len(self.wl.messages), ev))
+                return
+            if self.protocol == "canal-json-noext":  # TiCDC sends canal(-json) DDL to partition 0 only
+                ev = DDL(SCHEMA, table, ts, query, SourcePosition("", 0, 0), ddl_type=3 if before is None else 5)
+                self._emit(0, ev)
+                self.history.append((ts, 0, ev))
+                return
         for p in range(self.parts):  # TiCDC broadcasts DDL to every partition
             ev = DDL(SCHEMA, table, ts, query, SourcePosition("", p, 0), ddl_type=3 if "CREATE" in query else 5)
             self._emit(p, ev)
@@ -127,6 +306,8 @@ class _Gen:
     def row(self, ts: int, table: str, op: Op, before: dict | None, after: dict | None, cols) -> None:
         key = (after or before)["id"]
         part = hash(key) % self.parts
+        if self.ungated and table in TABLE_DISPATCHED:  # by table: see the module docstring
+            part = zlib.crc32(table.encode()) % self.parts
         ev = RowChange(SCHEMA, table, ts, op, before, after, cols, SourcePosition("", part, 0))
         self.wl.row_changes[table] = self.wl.row_changes.get(table, 0) + 1
         self._emit(part, ev)
@@ -239,18 +420,39 @@ class _Gen:
 
 
 def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int = 7, replays: int = 3,
-             with_ddl: bool = True, rows_per_message: int = 4) -> Workload:
-    """A complete changefeed: DDL, ``txns`` transactions with resolved ts at a cadence, replays, final resolved."""
-    g = _Gen(protocol, partitions, seed, rows_per_message)
+             with_ddl: bool = True, rows_per_message: int = 4, registry: Any = None,
+             topic_prefix: str | None = None, mid_stream: bool = False, bootstrap_every: int = 50) -> Workload:
+    """A complete changefeed: DDL, ``txns`` transactions with resolved ts at a cadence, replays, final resolved.
+
+    ``protocol`` is one of :data:`PROTOCOLS` (see the module docstring). ``avro`` needs ``registry`` (an object
+    with ``register(subject, schema) -> id``, e.g. :class:`applier.codecs.registry.RegistryClient`; the schemas
+    are registered while generating) and ``topic_prefix`` (its topics are ``<topic_prefix>-<table>``).
+    Simple only: ``bootstrap_every`` transactions between periodic BOOTSTRAPs (0: none besides the first),
+    ``mid_stream`` to leave out the CREATE TABLEs and the first BOOTSTRAP (they go to ``target_ddl``).
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
+    simple = protocol in ("simple", "simple-avro")
+    if protocol == "avro" and (registry is None or not topic_prefix):
+        raise ValueError("the avro workload needs registry= (e.g. a RegistryClient) and topic_prefix=")
+    if mid_stream and not simple:
+        raise ValueError("mid_stream is for the simple protocol (the only one that holds rows for a schema)")
+    g = _Gen(protocol, partitions, seed, rows_per_message, registry=registry, topic_prefix=topic_prefix,
+             mid_stream=mid_stream)
     if with_ddl:
         g.ddl("orders", ORDERS_DDL)
         g.ddl("customers", CUSTOMERS_DDL)
         g.ddl("audit_log", AUDIT_DDL)
+    if simple and not mid_stream:
+        g.bootstrap()  # TiCDC bootstraps a table when it first writes it
     g.resolved()
     customers_next, order_next = [1], [1]
     replay_at = set(g.rng.sample(range(10, max(11, txns)), min(replays, max(0, txns - 10))))
     alter_at = txns // 2 if with_ddl else -1
     for i in range(txns):
+        if simple and bootstrap_every > 0 and i and i % bootstrap_every == 0:
+            g.flush_all()
+            g.bootstrap()
         if i == alter_at:
             g.flush_all()
             g.ddl("orders", ALTER_DDL)
@@ -273,30 +475,54 @@ def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int =
         for row in g.state["orders"].values():
             row.setdefault("status", None)
     g.wl.expected = {t: dict(rows) for t, rows in g.state.items()}
+    if protocol == "avro":
+        g.wl.topics = list(dict.fromkeys(m[3] for m in g.wl.messages))
     return g.wl
 
 
-def produce(bootstrap: str, topic: str, messages: Iterable[tuple[int, bytes | None, bytes]], *,
+def produce(bootstrap: str, topic: str | None, messages: Iterable[Message], *,
             partitions: int, create: bool = True, on_progress: Callable[[int], None] | None = None) -> int:
-    """Write messages to ``topic`` with their partitions (creating the topic first). Returns the count."""
+    """Write messages with their partitions, creating their topics first (``partitions`` each; an existing
+    topic is fine). Returns the count.
+
+    A message is (partition, key, value) for ``topic``, or (partition, key, value, topic) naming its own topic
+    (avro's one topic per table; ``topic`` may then be None). ``topic`` is created up front, a message's own
+    topic when it first appears."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    if create:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+    admin = AdminClient({"bootstrap.servers": bootstrap}) if create else None
+    known: set[str] = set()
+
+    def ensure(name: str) -> None:
+        known.add(name)
+        if admin is None:
+            return
+        fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name]
         try:
             fut.result(30)
         except Exception as exc:  # an existing topic is fine
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+
+    if topic is not None:
+        ensure(topic)
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
                      "compression.type": "lz4", "message.max.bytes": 10_000_000})
     n = 0
-    for part, key, value in messages:
+    for msg in messages:
+        if len(msg) > 3:
+            part, key, value, dest = msg  # type: ignore[misc]
+            if dest not in known:
+                ensure(dest)
+        elif topic is None:
+            raise ValueError("a (partition, key, value) message needs the topic argument")
+        else:
+            part, key, value = msg  # type: ignore[misc]
+            dest = topic
         while True:
             try:
-                prod.produce(topic, value=value, key=key, partition=part)
+                prod.produce(dest, value=value, key=key, partition=part)
                 break
             except BufferError:
                 prod.poll(0.1)
@@ -307,8 +533,29 @@ def produce(bootstrap: str, topic: str, messages: Iterable[tuple[int, bytes | No
                 on_progress(n)
     left = prod.flush(60)
     if left:
-        raise RuntimeError(f"{left} message(s) to {topic} were not acknowledged by {bootstrap}")
+        raise RuntimeError(f"{left} message(s) to {', '.join(sorted(known))} were not acknowledged by {bootstrap}")
     return n
+
+
+def apply_target_ddl(engine: Any, ddls: Iterable[DDL], route: Callable[[str, str], tuple[str, str] | None]) -> None:
+    """What the operator does for DDL the stream does not carry (:attr:`Workload.target_ddl`): run each upstream
+    DDL on the target, translated for its dialect and routed by ``route`` (e.g. ``settings.router().route``)
+    with the applier's own DDL translator. Nothing is recorded in the applier's tables."""
+    from applier.ddl import translate
+    from applier.sinks import sink_for
+    from applier.sinks.base import VERBATIM
+
+    sink = sink_for(engine)
+    with engine.connect() as conn:
+        dialect = sink.ddl_dialect(conn)
+        for ev in ddls:
+            tr = translate(dialect, ev.query, schema=ev.schema, table=ev.table, route=route)
+            if tr.kind == "create_table":
+                for schema in dict.fromkeys(s for s, _ in tr.targets):
+                    sink.prepare_schema(conn, schema)
+            for stmt in tr.statements:
+                conn.exec_driver_sql(stmt, execution_options=VERBATIM)
+            conn.commit()
 
 
 # ---------------------------------------------------------------------------------------------------------
