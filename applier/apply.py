@@ -48,13 +48,14 @@ class ApplyStats:
 
 class Applier:
     def __init__(self, engine: Engine, sink: Sink, route: Route, store: ProgressStore, *,
-                 on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS) -> None:
+                 on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS, replace_mode: bool = False) -> None:
         self.engine = engine
         self.sink = sink
         self.route = route
         self.store = store
         self.on_unsupported_ddl = on_unsupported_ddl
         self.chunk_events = chunk_events
+        self.replace_mode = replace_mode  # ungated streams: clear unique-key holders before upserts
         self.total = ApplyStats()
 
     # ---- entry point -----------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ class Applier:
             if target is None:
                 continue
             meta = self.sink.table(conn, *target)
-            plan = plan_batch(meta, changes)
+            plan = plan_batch(meta, changes, replace=self.replace_mode)
             try:
                 self.sink.write(conn, plan)
             except ApplyError:

@@ -69,7 +69,7 @@ class BatchProcessor:
         for tp, cp in state.checkpoints.items():
             self.gate.next_offsets[tp] = cp.restart_offset
         self.applier = Applier(engine, sink_for(engine, batch_rows), route, store,
-                               on_unsupported_ddl=on_unsupported_ddl)
+                               on_unsupported_ddl=on_unsupported_ddl, replace_mode=not self.gate.gated)
         self.batches = 0
         self.totals = BatchReport()
 

@@ -115,10 +115,16 @@ class BatchPlan:
     deletes: list[tuple[Any, ...]] = field(default_factory=list)  # key tuples, in meta.key order
     upserts: list[dict[str, Any]] = field(default_factory=list)  # full rows, writable columns only
     changes: int = 0  # row changes that went into it (before collapsing)
+    # replace mode: per non-key unique key, the values the upserts will hold; rows holding them go first
+    unique_clears: dict[tuple[str, ...], list[tuple[Any, ...]]] = field(default_factory=dict)
 
 
-def plan_batch(meta: TableMeta, changes: Sequence[RowChange]) -> BatchPlan:
-    """Collapse ordered row changes of one table into deletes then upserts (see the module docstring)."""
+def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool = False) -> BatchPlan:
+    """Collapse ordered row changes of one table into deletes then upserts (see the module docstring).
+
+    ``replace`` (used where there is no commit ts to order by, i.e. ungated protocols, whose at-least-once
+    replays can bring an older row back while another row holds its unique value): before the upserts, rows
+    holding any of their non-key unique values are deleted, as TiCDC's own safe mode (REPLACE) does."""
     if not meta.key:
         first = changes[0]
         raise ApplyError(
@@ -157,6 +163,14 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange]) -> BatchPlan:
     plan = BatchPlan(meta, changes=len(changes))
     plan.deletes = list(must_delete)
     plan.upserts = [row for row in final.values() if row is not None]
+    if replace:
+        for cols in meta.unique_sets:
+            if cols == key_cols:
+                continue
+            vals = [v for row in plan.upserts
+                    if (v := tuple(row.get(c) for c in cols)) and all(x is not None for x in v) and all(c in row for c in cols)]
+            if vals:
+                plan.unique_clears[cols] = list(dict.fromkeys(vals))
     return plan
 
 
@@ -229,6 +243,10 @@ class Sink(abc.ABC):
         for lo in range(0, len(plan.deletes), self.batch_rows):
             keys = self.adapt_keys(meta, plan.deletes[lo:lo + self.batch_rows])
             self.delete_rows(conn, meta, keys)
+        for cols, values in plan.unique_clears.items():
+            for lo in range(0, len(values), self.batch_rows):
+                dicts = self.adapt_rows(meta, cols, [dict(zip(cols, v)) for v in values[lo:lo + self.batch_rows]])
+                self.delete_rows(conn, meta, [tuple(d[c] for c in cols) for d in dicts], cols)
         for cols, rows in group_columns(plan.upserts).items():
             for lo in range(0, len(rows), self.batch_rows):
                 self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
@@ -252,7 +270,9 @@ class Sink(abc.ABC):
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None: ...
 
     @abc.abstractmethod
-    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None: ...
+    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]],
+                    cols: tuple[str, ...] | None = None) -> None:
+        """Delete the rows whose ``cols`` (default: the key) equal one of ``keys``."""
 
     def ddl_dialect(self, conn: Connection) -> str:
         """The name the DDL translator uses for this server ("mysql", "mariadb" or "postgresql")."""

@@ -91,12 +91,14 @@ class MySQLSink(Sink):
         return (f"INSERT INTO {prep.format_table(meta.table)} ({', '.join(q)}) VALUES ({', '.join(['%s'] * len(cols))}) "
                 f"ON DUPLICATE KEY UPDATE {', '.join(updates)}")
 
-    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None:
+    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]],
+                    cols: tuple[str, ...] | None = None) -> None:
         t = meta.table
-        if len(meta.key) == 1:
-            cond = t.c[meta.key[0]].in_([k[0] for k in keys])
+        cols = cols or meta.key
+        if len(cols) == 1:
+            cond = t.c[cols[0]].in_([k[0] for k in keys])
         else:
-            cond = tuple_(*(t.c[c] for c in meta.key)).in_(keys)
+            cond = tuple_(*(t.c[c] for c in cols)).in_(keys)
         conn.execute(delete(t).where(cond))
 
     def reflect(self, conn: Connection, schema: str, name: str) -> TableMeta:

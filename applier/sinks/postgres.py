@@ -109,14 +109,16 @@ class PostgresSink(Sink):
                 else ins.on_conflict_do_nothing(index_elements=list(meta.key)))
         conn.execute(stmt)
 
-    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]]) -> None:
-        stage, name = self._stage(conn, meta, "del", meta.key)
-        self._copy(conn, name, meta.key, keys)
-        ck = ("del", id(meta.table))
+    def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]],
+                    cols: tuple[str, ...] | None = None) -> None:
+        cols = cols or meta.key
+        stage, name = self._stage(conn, meta, "del", cols)
+        self._copy(conn, name, cols, keys)
+        ck = ("del", id(meta.table), cols)
         stmt = self._stmts.get(ck)
         if stmt is None:
             t = meta.table
-            stmt = self._stmts[ck] = delete(t).where(and_(*(t.c[c] == stage.c[c] for c in meta.key)))
+            stmt = self._stmts[ck] = delete(t).where(and_(*(t.c[c] == stage.c[c] for c in cols)))
         conn.execute(stmt)
 
     def prepare_schema(self, conn: Connection, schema: str) -> None:
