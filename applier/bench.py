@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
 import os
 import platform
@@ -358,6 +357,8 @@ class ProcSampler(threading.Thread):
     def summary(self) -> dict[str, Any]:
         by_kind: dict[str, int] = defaultdict(int)
         for pid, kb in self.peaks.items():
+            if kb < 4096:  # short-lived helpers (readlink, shells of spark-submit): not worth a line
+                continue
             by_kind[self.kinds.get(pid, "other")] = max(by_kind[self.kinds.get(pid, "other")], kb)
         hz = os.sysconf("SC_CLK_TCK")
         cpu: dict[str, float] = defaultdict(float)
@@ -600,12 +601,15 @@ def kafka_read_rate(bootstrap: str, topic: str, partitions: int) -> dict[str, An
             "bytes_per_s": rate(nbytes, secs)}
 
 
-def delete_topic(bootstrap: str, topic: str) -> None:
+def delete_topic(bootstrap: str, topic: str) -> str | None:
+    """Delete the benchmark's topic; returns why it could not be deleted (None when it was)."""
     from confluent_kafka.admin import AdminClient
     try:
-        AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])[topic].result(60)
-    except Exception:
-        pass
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.delete_topics([topic], operation_timeout=60)[topic].result(90)
+        return None
+    except Exception as exc:  # best effort: report, do not fail the run
+        return f"{type(exc).__name__}: {exc}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -773,6 +777,17 @@ def versions(urls, target: str) -> dict[str, str]:
         out["spark-sql-kafka"] = jars.spark_version()
     except Exception:
         pass
+    try:
+        import subprocess
+        root = Path(__file__).resolve().parents[1]
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        if head:
+            out["applier"] = head + ("+local changes" if dirty else "")
+    except Exception:
+        pass
     url = urls.mariadb_url if target == "mariadb" else urls.pg_url
     try:
         eng = create_engine(url)
@@ -906,13 +921,18 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
     finally:
         if sampler.is_alive():
             sampler.stop()
-        spark.stop()
+        try:
+            spark.stop()
+        except Exception as exc:  # the JVM may already be gone (e.g. after an OutOfMemoryError)
+            log(f"stopping Spark: {type(exc).__name__}")
         if not a.keep:
             try:
                 drop_schema(engine, schema)
             except Exception as exc:  # pragma: no cover - best effort
                 log(f"could not drop {schema}: {exc}")
-            delete_topic(urls.kafka, topic)
+            why = delete_topic(urls.kafka, topic)
+            if why:
+                log(f"could not delete topic {topic}: {why}")
             shutil.rmtree(ckpt, ignore_errors=True)
         engine.dispose()
 
@@ -1015,7 +1035,7 @@ def format_report(r: dict[str, Any]) -> str:
     lines = [
         f"applier benchmark: {p['protocol']} -> {p['target']}, local[{p['cores']}], {p['tables']} tables, "
         f"{p['partitions']} partitions, big transaction {p['big_txn_rows']:,} rows, seed {p['seed']}",
-        f"  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()),
+        "  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()),
         f"  workload: {wlst['row_events']:,} row changes (+{wlst['duplicate_row_events']:,} replayed; "
         f"{wlst['inserts']:,} ins / {wlst['updates']:,} upd / {wlst['deletes']:,} del, {wlst['key_changes']:,} key "
         f"changes), {wlst['transactions']:,} transactions (largest {wlst['largest_txn_rows']:,} rows), "
@@ -1069,7 +1089,17 @@ def format_report(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    result = run_bench(a)
+    try:
+        result = run_bench(a)
+    except KeyboardInterrupt:
+        print("benchmark interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        print(f"benchmark FAILED: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        if a.protocol == "open" and a.max_offsets_per_trigger > 50_000:
+            print("  hint: an Open Protocol message carries up to 16 rows; --max-offsets-per-trigger counts messages "
+                  "(try 12500 = about 200k rows per micro-batch)", file=sys.stderr)
+        return 1
     if a.json:
         print(json.dumps(result, indent=2, default=str))
     else:
