@@ -17,7 +17,7 @@ from applier.codecs import Decoder, get_decoder
 from applier.codecs import canal_json as C
 from applier.codecs import types as T
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.test_codec_types import VALUE_STRATEGIES, values_equal
+from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, values_equal
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -327,20 +327,6 @@ def row_changes(draw, op=None):
                      after=image() if op is not Op.DELETE else None, columns=cols, position=POS)
 
 
-def _assert_same_row(got: RowChange, want: RowChange):
-    assert (got.schema, got.table, got.commit_ts, got.op) == (want.schema, want.table, want.commit_ts, want.op)
-    types = {c.name: c.type_name for c in want.columns}
-    for g, w in ((got.before, want.before), (got.after, want.after)):
-        assert (g is None) == (w is None)
-        if w is None:
-            continue
-        assert list(g) == list(w)
-        for name in w:
-            assert values_equal(types[name], g[name], w[name]), (name, types[name], g[name], w[name])
-    got_cols = {c.name: c for c in got.columns}
-    for c in want.columns:
-        g = got_cols[c.name]
-        assert (g.type_name, g.key, g.unsigned, g.binary) == (c.type_name, c.key, c.unsigned, c.binary)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -349,7 +335,7 @@ def test_round_trip_rows(e):
     key, value = C.encode_canal_json(e)
     assert key is None
     (got,) = get_decoder("canal-json").decode(msg(value))
-    _assert_same_row(got, e)
+    assert_same_row(got, e, nullable=False)
     m = orjson.loads(value)
     assert m["es"] == e.commit_ts >> 18 and m["_tidb"] == {"commitTs": e.commit_ts}
     assert m["pkNames"] == ["id"]
@@ -366,7 +352,7 @@ def test_round_trip_every_type(spec, data):
     v = data.draw(VALUE_STRATEGIES[spec])
     e = RowChange("s", "t", 9, Op.INSERT, None, {"id": 1, "c0": v}, cols, POS)
     (got,) = get_decoder("canal-json").decode(msg(C.encode_canal_json(e)[1]))
-    _assert_same_row(got, e)
+    assert_same_row(got, e, nullable=False)
 
 
 def test_encoder_value_formats():

@@ -17,7 +17,7 @@ from applier.codecs import Decoder, get_decoder
 from applier.codecs import debezium as D
 from applier.codecs import types as T
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.test_codec_types import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, values_equal
+from tests.unit.test_codec_types import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, values_equal, assert_same_row
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -554,21 +554,6 @@ def row_changes(draw, op=None):
                      after=image() if op is not Op.DELETE else None, columns=cols, position=POS)
 
 
-def _assert_same_row(got: RowChange, want: RowChange):
-    assert (got.schema, got.table, got.commit_ts, got.op) == (want.schema, want.table, want.commit_ts, want.op)
-    types = {c.name: c.type_name for c in want.columns}
-    for g, w in ((got.before, want.before), (got.after, want.after)):
-        assert (g is None) == (w is None)
-        if w is None:
-            continue
-        assert list(g) == list(w)
-        for name in w:
-            assert values_equal(types[name], g[name], w[name]), (name, types[name], g[name], w[name])
-    got_cols = {c.name: c for c in got.columns}
-    for c in want.columns:
-        g = got_cols[c.name]
-        assert (g.type_name, g.key, g.nullable, g.unsigned, g.binary) == (
-            c.type_name, c.key, c.nullable, c.unsigned, c.binary), c
 
 
 _EXT_DECODER = get_decoder("debezium", require_tidb_extension=True, gated=True)
@@ -579,7 +564,7 @@ _EXT_DECODER = get_decoder("debezium", require_tidb_extension=True, gated=True)
 def test_round_trip_rows(e):
     key, value = D.encode_debezium(e, enable_tidb_extension=True)
     (got,) = _EXT_DECODER.decode(msg(key, value))
-    _assert_same_row(got, e)
+    assert_same_row(got, e)
     assert got.key_columns == ("id",)
 
 
@@ -592,7 +577,7 @@ def test_round_trip_every_type(spec, data):
     v = data.draw(_DBZ_VALUES[spec])
     e = RowChange("s", "t", 9, Op.INSERT, None, {"id": 1, "c0": v}, cols, POS)
     (got,) = _EXT_DECODER.decode(msg(*D.encode_debezium(e, enable_tidb_extension=True)))
-    _assert_same_row(got, e)
+    assert_same_row(got, e)
 
 
 @settings(max_examples=200, deadline=None)

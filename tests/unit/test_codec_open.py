@@ -27,7 +27,7 @@ from applier.events import (
     RowChange,
     SourcePosition,
 )
-from tests.unit.test_codec_types import VALUE_STRATEGIES, values_equal
+from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, values_equal
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -427,21 +427,6 @@ def row_changes(draw, op=None):
                      columns=cols, position=POS)
 
 
-def _assert_same_row(got: RowChange, want: RowChange):
-    assert (got.schema, got.table, got.commit_ts, got.op) == (want.schema, want.table, want.commit_ts, want.op)
-    types = {c.name: c.type_name for c in want.columns}
-    for g, w in ((got.before, want.before), (got.after, want.after)):
-        assert (g is None) == (w is None)
-        if w is None:
-            continue
-        assert list(g) == list(w)
-        for name in w:
-            assert values_equal(types[name], g[name], w[name]), (name, types[name], g[name], w[name])
-    got_cols = {c.name: c for c in got.columns}
-    for c in want.columns:
-        g = got_cols[c.name]
-        assert (g.type_name, g.key, g.nullable, g.unsigned, g.binary) == (
-            c.type_name, c.key, c.nullable, c.unsigned, c.binary)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -451,7 +436,7 @@ def test_round_trip_rows(events):
     got = get_decoder("open").decode(msg(key, value))
     assert len(got) == len(events)
     for g, w in zip(got, events):
-        _assert_same_row(g, w)
+        assert_same_row(g, w)
 
 
 @pytest.mark.parametrize("spec", _TYPES, ids=[f"{n}{' unsigned' if u else ''}" for n, u in _TYPES])
@@ -463,7 +448,7 @@ def test_round_trip_every_type(spec, data):
     e = RowChange(schema="s", table="t", commit_ts=9, op=Op.INSERT, before=None, after={"id": 1, "c0": v},
                   columns=cols, position=POS)
     (got,) = get_decoder("open").decode(msg(*O.encode_open(e)))
-    _assert_same_row(got, e)
+    assert_same_row(got, e)
 
 
 def test_round_trip_mixed_batch_and_encoder_shape():

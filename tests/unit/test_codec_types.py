@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from applier.events import RowChange
+
 import datetime as dt
 import json
 from decimal import Decimal
@@ -305,3 +307,23 @@ def test_convert_text_raises_only_conversion_error(text, type_name):
         T.convert_text(type_name, text)
     except T.ConversionError:
         pass
+
+
+def assert_same_row(got: RowChange, want: RowChange, *, nullable: bool = True) -> None:
+    """A decoded row equals the encoded one: identity, images value by value (by type), column metadata.
+    ``nullable=False`` for protocols that do not carry nullability (Canal-JSON)."""
+    assert (got.schema, got.table, got.commit_ts, got.op) == (want.schema, want.table, want.commit_ts, want.op)
+    types = {c.name: c.type_name for c in want.columns}
+    for g, w in ((got.before, want.before), (got.after, want.after)):
+        assert (g is None) == (w is None)
+        if w is None:
+            continue
+        assert list(g) == list(w)
+        for name in w:
+            assert values_equal(types[name], g[name], w[name]), (name, types[name], g[name], w[name])
+    got_cols = {c.name: c for c in got.columns}
+    for c in want.columns:
+        g = got_cols[c.name]
+        fields = ("type_name", "key", "nullable", "unsigned", "binary") if nullable else (
+            "type_name", "key", "unsigned", "binary")
+        assert tuple(getattr(g, f) for f in fields) == tuple(getattr(c, f) for f in fields), c
