@@ -27,7 +27,7 @@ def test_changefeed_converges(urls, spark, unique, drop_schema, tmp_path, protoc
     topic = f"e2e-{protocol}-{target}-{unique}"
     schema = f"shop_{unique}"
     drop_schema((target, schema))
-    wl = generate(protocol, partitions=3, txns=250, seed=hash(topic) % 1000, replays=3)
+    wl = generate(protocol, partitions=3, txns=250, seed=7, replays=3)  # fixed: a CI run must be repeatable
     produce(urls.kafka, topic, wl.messages, partitions=3)
     settings = parse_config(config(urls, target, protocol, topic, schema, tmp_path / "ckpt",
                                    max_offsets_per_trigger=150))
