@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 __all__ = [
     "ALL_SERVICES",
@@ -485,6 +485,35 @@ class ServiceStatus:
     @property
     def up(self) -> bool:
         return self.state in ("running", "external")
+
+
+def await_ready(service: str, marker: str, pid: int, what: str, ready: Callable[[], bool], *, timeout: float,
+                logs: list[Path]) -> None:
+    """Wait until a process this state home spawned answers; kill it if it never does (its log tail is in
+    the error)."""
+    try:
+        wait_until(what, ready, timeout=timeout, pid=pid, log=logs)
+    except ServicesError:
+        if managed_pid(service, marker) == pid:
+            terminate(service, pid, signal.SIGKILL, timeout=10)
+        raise
+
+
+def stop_managed(service: str, marker: str, timeout: float) -> None:
+    pid = managed_pid(service, marker)
+    if pid is not None:
+        terminate(service, pid, signal.SIGTERM, timeout=timeout)
+
+
+def managed_status(service: str, marker: str, port_number: int, detail: str) -> "ServiceStatus":
+    """Running (started here), external (something else answers on the port) or stopped."""
+    pid = managed_pid(service, marker)
+    up = port_open(port_number)
+    if pid is not None:
+        return ServiceStatus(service, url_for(service), "running" if up else "starting", pid, detail)
+    if up:
+        return ServiceStatus(service, url_for(service), "external", None, "not started from this state home")
+    return ServiceStatus(service, url_for(service), "stopped")
 
 
 def status(only: set[str] | None = None) -> list[ServiceStatus]:

@@ -15,7 +15,6 @@ create their topics explicitly), replication factor and min ISR 1 for the intern
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -23,15 +22,16 @@ from applier.services import (
     HOST,
     ServicesError,
     ServiceStatus,
+    await_ready,
     home_dir,
     kafka_controller_port,
     log_path,
     managed_pid,
+    managed_status,
     port,
     port_open,
     spawn,
-    terminate,
-    url_for,
+    stop_managed,
     wait_until,
 )
 
@@ -202,36 +202,16 @@ def start() -> None:
             str(props),
         ]
         pid = spawn(NAME, argv, "kafka.out", cwd=kafka_dir())
-    try:
-        wait_until(
-            f"kafka at {bootstrap}",
-            lambda: port_open(p) and metadata_ready(bootstrap),
-            timeout=READY_TIMEOUT,
-            pid=pid,
-            log=[log_path("kafka.out"), log_path("kafka-server.log")],
-        )
-    except ServicesError:
-        if managed_pid(NAME, _marker()) == pid:
-            terminate(NAME, pid, signal.SIGKILL, timeout=10)
-        raise
+    await_ready(NAME, _marker(), pid, f"kafka at {bootstrap}", lambda: port_open(p) and metadata_ready(bootstrap), timeout=READY_TIMEOUT,
+                logs=[log_path("kafka.out"), log_path("kafka-server.log")])
 
 
 def stop() -> None:
-    pid = managed_pid(NAME, _marker())
-    if pid is not None:
-        terminate(NAME, pid, signal.SIGTERM, timeout=STOP_TIMEOUT)
+    stop_managed(NAME, _marker(), STOP_TIMEOUT)
 
 
 def status() -> ServiceStatus:
-    p = port(NAME)
-    pid = managed_pid(NAME, _marker())
-    up = port_open(p)
-    if pid is not None:
-        return ServiceStatus(NAME, url_for(NAME), "running" if up else "starting", pid,
-                             f"logs: {log_path('kafka-server.log')}")
-    if up:
-        return ServiceStatus(NAME, url_for(NAME), "external", None, "not started from this state home")
-    return ServiceStatus(NAME, url_for(NAME), "stopped")
+    return managed_status(NAME, _marker(), port(NAME), f"logs: {log_path('kafka-server.log')}")
 
 
 def reset_data() -> None:

@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import time
@@ -42,14 +41,15 @@ from applier.services import (
     HOST,
     ServicesError,
     ServiceStatus,
+    await_ready,
     home_dir,
     log_path,
     managed_pid,
+    managed_status,
     port,
     port_open,
     spawn,
-    terminate,
-    url_for,
+    stop_managed,
     wait_until,
 )
 from applier.services.jars import MAVEN_DEPENDENCY_PLUGIN, _locked, _tail, jars_home
@@ -250,36 +250,16 @@ def start() -> None:
     if pid is None:
         jar = resolve()
         pid = spawn(NAME, command(jar, p), "registry.out", cwd=home_dir("registry"))
-    try:
-        wait_until(
-            f"schema registry at {url}",
-            lambda: port_open(p) and ready(url),
-            timeout=READY_TIMEOUT,
-            pid=pid,
-            log=[log_path("registry.out")],
-        )
-    except ServicesError:
-        if managed_pid(NAME, _marker()) == pid:
-            terminate(NAME, pid, signal.SIGKILL, timeout=10)
-        raise
+    await_ready(NAME, _marker(), pid, f"schema registry at {url}", lambda: port_open(p) and ready(url), timeout=READY_TIMEOUT,
+                logs=[log_path("registry.out")])
 
 
 def stop() -> None:
-    pid = managed_pid(NAME, _marker())
-    if pid is not None:
-        terminate(NAME, pid, signal.SIGTERM, timeout=STOP_TIMEOUT)
+    stop_managed(NAME, _marker(), STOP_TIMEOUT)
 
 
 def status() -> ServiceStatus:
-    p = port(NAME)
-    pid = managed_pid(NAME, _marker())
-    up = port_open(p)
-    if pid is not None:
-        return ServiceStatus(NAME, url_for(NAME), "running" if up else "starting", pid,
-                             f"in-memory storage; logs: {log_path('registry.out')}")
-    if up:
-        return ServiceStatus(NAME, url_for(NAME), "external", None, "not started from this state home")
-    return ServiceStatus(NAME, url_for(NAME), "stopped")
+    return managed_status(NAME, _marker(), port(NAME), f"in-memory storage; logs: {log_path('registry.out')}")
 
 
 __all__ = ["start", "stop", "status", "resolve", "command", "ready", "registry_url", "APICURIO_VERSION"]
