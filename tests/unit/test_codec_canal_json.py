@@ -17,7 +17,7 @@ from applier.codecs import Decoder, get_decoder
 from applier.codecs import canal_json as C
 from applier.codecs import types as T
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, values_equal
+from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -488,25 +488,8 @@ _SEEDS = _seeds()
 
 @st.composite
 def mutated_bytes(draw):
-    buf = bytearray(draw(st.sampled_from(_SEEDS)))
-    for _ in range(draw(st.integers(1, 4))):
-        action = draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
-        if action == "truncate":
-            buf = buf[: draw(st.integers(0, len(buf)))]
-            continue
-        if not buf:
-            buf += draw(st.binary(min_size=1, max_size=4))
-            continue
-        i = draw(st.integers(0, len(buf) - 1))
-        if action == "flip":
-            buf[i] ^= 1 << draw(st.integers(0, 7))
-        elif action == "set":
-            buf[i] = draw(st.sampled_from(b'{}[]":,0123456789tfn\\\x00\xff'))
-        elif action == "insert":
-            buf[i:i] = draw(st.binary(min_size=1, max_size=8))
-        else:
-            del buf[i : i + draw(st.integers(1, 8))]
-    return bytes(buf)
+    return mutate_bytes(draw, draw(st.sampled_from(_SEEDS)), steps=(1, 4),
+                        special=b'{}[]":,0123456789tfn\\\x00\xff')
 
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

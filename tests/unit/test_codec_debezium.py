@@ -17,7 +17,7 @@ from applier.codecs import Decoder, get_decoder
 from applier.codecs import debezium as D
 from applier.codecs import types as T
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.test_codec_types import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, values_equal, assert_same_row
+from tests.unit.test_codec_types import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, assert_same_row, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -748,24 +748,7 @@ def mutated(draw):
     key, value = draw(st.sampled_from(_SEEDS))
     out = []
     for part in (key, value):
-        buf = bytearray(part)
-        for _ in range(draw(st.integers(0, 3))):
-            action = draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
-            if action == "truncate":
-                buf = buf[: draw(st.integers(0, len(buf)))]
-                continue
-            if not buf:
-                buf += draw(st.binary(min_size=1, max_size=4))
-                continue
-            i = draw(st.integers(0, len(buf) - 1))
-            if action == "flip":
-                buf[i] ^= 1 << draw(st.integers(0, 7))
-            elif action == "set":
-                buf[i] = draw(st.sampled_from(b'{}[]":,-0123456789tfn\\\x00\xff'))
-            elif action == "insert":
-                buf[i:i] = draw(st.binary(min_size=1, max_size=8))
-            else:
-                del buf[i : i + draw(st.integers(1, 8))]
+        buf = mutate_bytes(draw, part, steps=(0, 3), special=b'{}[]":,-0123456789tfn\\\x00\xff')
         out.append(bytes(buf))
     return out[0], out[1]
 

@@ -27,7 +27,7 @@ from applier.events import (
     RowChange,
     SourcePosition,
 )
-from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, values_equal
+from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -606,28 +606,9 @@ def mutated(draw):
     which = draw(st.sampled_from(["key", "value", "both"]))
     out = []
     for part, target in ((key, "key"), (value, "value")):
-        buf = bytearray(part)
+        buf = part
         if which in (target, "both"):
-            for _ in range(draw(st.integers(1, 4))):
-                action = draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate", "dup"]))
-                if action == "truncate":
-                    buf = buf[: draw(st.integers(0, len(buf)))]
-                    continue
-                if not buf:
-                    buf += draw(st.binary(min_size=1, max_size=4))
-                    continue
-                i = draw(st.integers(0, len(buf) - 1))
-                if action == "flip":
-                    buf[i] ^= 1 << draw(st.integers(0, 7))
-                elif action == "set":
-                    buf[i] = draw(st.sampled_from(b'{}[]":,0123456789tfn\\\x00\xff'))
-                elif action == "insert":
-                    buf[i:i] = draw(st.binary(min_size=1, max_size=8))
-                elif action == "delete":
-                    del buf[i : i + draw(st.integers(1, 8))]
-                else:
-                    j = draw(st.integers(i, len(buf)))
-                    buf[j:j] = buf[i:j]
+            buf = mutate_bytes(draw, part, steps=(1, 4), special=b'{}[]":,0123456789tfn\\\x00\xff', dup=True)
         out.append(bytes(buf))
     return out[0], out[1]
 

@@ -327,3 +327,33 @@ def assert_same_row(got: RowChange, want: RowChange, *, nullable: bool = True) -
         fields = ("type_name", "key", "nullable", "unsigned", "binary") if nullable else (
             "type_name", "key", "unsigned", "binary")
         assert tuple(getattr(g, f) for f in fields) == tuple(getattr(c, f) for f in fields), c
+
+
+def mutate_bytes(draw, data: bytes, *, steps: tuple[int, int], special: bytes, dup: bool = False) -> bytes:
+    """Fuzzing input for decoders: a valid message with a few bit flips, byte sets (from ``special``),
+    insertions, deletions, truncations and (``dup``) duplicated stretches. ``draw`` is hypothesis's."""
+    from hypothesis import strategies as st
+
+    actions = ["flip", "set", "insert", "delete", "truncate"] + (["dup"] if dup else [])
+    buf = bytearray(data)
+    for _ in range(draw(st.integers(*steps))):
+        action = draw(st.sampled_from(actions))
+        if action == "truncate":
+            buf = buf[: draw(st.integers(0, len(buf)))]
+            continue
+        if not buf:
+            buf += draw(st.binary(min_size=1, max_size=4))
+            continue
+        i = draw(st.integers(0, len(buf) - 1))
+        if action == "flip":
+            buf[i] ^= 1 << draw(st.integers(0, 7))
+        elif action == "set":
+            buf[i] = draw(st.sampled_from(special))
+        elif action == "insert":
+            buf[i:i] = draw(st.binary(min_size=1, max_size=8))
+        elif action == "delete":
+            del buf[i : i + draw(st.integers(1, 8))]
+        else:
+            j = draw(st.integers(i, len(buf)))
+            buf[j:j] = buf[i:j]
+    return bytes(buf)
