@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from sqlalchemy.engine import Engine
 from applier import migrate
 from applier.config import Settings
 from applier.events import KafkaMessage
+from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
 from applier.progress import ProgressStore
 from applier.report import ProgressLine
@@ -40,6 +42,17 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER_BY_PROTOCOL = {"open": 12_500}
 def max_offsets_per_trigger(settings: Settings) -> int:
     return settings.pipeline.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER_BY_PROTOCOL.get(
         settings.source.protocol, DEFAULT_MAX_OFFSETS_PER_TRIGGER)
+
+
+def read_messages(df) -> list[KafkaMessage]:
+    """The micro-batch's records as KafkaMessages, fetched through Arrow.
+
+    Arrow moves the five columns in bulk: about 1.5x faster than ``collect()``, which pickles every Row through
+    py4j and builds Row objects first (docs/benchmarks.md)."""
+    table = df.select("topic", "partition", "offset", "key", "value").toArrow()
+    cols = [table.column(i).to_pylist() for i in range(5)]
+    del table
+    return list(map(KafkaMessage, *cols))
 
 
 class PipelineStopped(Exception):
@@ -193,25 +206,31 @@ def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state,
     query_dir = ckpt_root / "query"
     shutil.rmtree(query_dir, ignore_errors=True)
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
-    failure: list[BaseException] = []
     last_refresh = [time.monotonic()]
+    query_box: list = []
+
+    def apply_batch(item: tuple[int, list[KafkaMessage]]) -> None:
+        """Runs on the hand-off thread: the only thread that touches the processor and its gate."""
+        batch_id, msgs = item
+        if time.monotonic() - last_refresh[0] > 30:
+            processor.gate.add_partitions(kafka_partitions(spark, settings))
+            last_refresh[0] = time.monotonic()
+        rep = processor.process(msgs)
+        line.update(rep, processor.totals)
+        log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
+                 rep.applied.rows, rep.applied.ddls, rep.applied_ts, rep.held)
+
+    def stop_query(exc: BaseException) -> None:
+        # a failed batch stops the query at once, also when it is idle waiting for new data
+        if query_box:
+            threading.Thread(target=query_box[0].stop, name="applier-stop", daemon=True).start()
+
+    handoff: BatchHandoff[tuple[int, list[KafkaMessage]]] = BatchHandoff(apply_batch, on_error=stop_query)
 
     def on_batch(df, batch_id: int) -> None:
-        if failure:
-            return
-        try:
-            if time.monotonic() - last_refresh[0] > 30:
-                processor.gate.add_partitions(kafka_partitions(spark, settings))
-                last_refresh[0] = time.monotonic()
-            rows = df.select("topic", "partition", "offset", "key", "value").collect()
-            msgs = [KafkaMessage(r[0], r[1], r[2], r[3], r[4]) for r in rows]
-            rep = processor.process(msgs)
-            line.update(rep, processor.totals)
-            log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
-                     rep.applied.rows, rep.applied.ddls, rep.applied_ts, rep.held)
-        except BaseException as exc:  # stop the query; the error is reported by run()
-            failure.append(exc)
-            raise
+        handoff.raise_if_failed()
+        msgs = read_messages(df)
+        handoff.submit((batch_id, msgs))  # waits for the previous batch, raises its error
 
     reader = spark.readStream.format("kafka")
     for k, v in settings.source.spark_options().items():
@@ -221,18 +240,21 @@ def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state,
     writer = reader.load().writeStream.foreachBatch(on_batch).option("checkpointLocation", str(query_dir))
     writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(
         processingTime=settings.pipeline.trigger_interval)
-    query = writer.start()
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    except Exception as exc:
-        if failure:
-            raise failure[0] from None
-        raise PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}") from exc
+        query = writer.start()
+        query_box.append(query)
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            query.stop()
+        except Exception as exc:
+            if handoff.error is None:
+                raise PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}") from exc
+        handoff.close()  # the last handed-over batch is applied before run() returns
     finally:
+        handoff.close()
         line.close()
         processor.close()
-    if failure:
-        raise failure[0] from None
+    if handoff.error is not None:
+        raise handoff.error from None
     return RunResult(processor.batches, processor.totals)
