@@ -78,10 +78,17 @@ class BatchProcessor:
         t0 = time.perf_counter()
         events = []
         quarantined: list[tuple[KafkaMessage, str]] = []
+        # This loop runs once per message and once per event: keep the per-event work to a dict lookup.
+        # Routing is pure configuration, so its answer per (schema, table) is remembered for the batch (the
+        # router's own cache still costs a call per event); a routing error is raised by the first call.
+        decode = self.decoder.decode
+        route = self.route
+        routed: dict[tuple[str, str], bool] = {}
+        n_messages = 0
         for msg in messages:
-            rep.messages += 1
+            n_messages += 1
             try:
-                evs = self.decoder.decode(msg)
+                evs = decode(msg)
             except DecodeError as exc:
                 exc = with_protocol_hint(exc, self.decoder, msg)
                 if self.on_decode_error != "quarantine":
@@ -99,11 +106,16 @@ class BatchProcessor:
             size = (len(msg.value or b"") + len(msg.key or b"")) // len(evs)
             for ev in evs:
                 if isinstance(ev, (RowChange, DDL)):
-                    if self.route(ev.schema, ev.table) is None:
+                    tk = (ev.schema, ev.table)
+                    keep = routed.get(tk)
+                    if keep is None:
+                        keep = routed[tk] = route(ev.schema, ev.table) is not None
+                    if not keep:
                         self.gate.note_offset(msg.topic, msg.partition, msg.offset)
                         continue
                     ev.size = size
                 events.append(ev)
+        rep.messages = n_messages
         rep.events = len(events)
         rep.quarantined = len(quarantined)
         t1 = time.perf_counter()

@@ -41,10 +41,12 @@ escapes :meth:`CanalJSONDecoder.decode`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import operator
 import time
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import orjson
 
@@ -77,6 +79,8 @@ JAVA_BLOB = 2004
 JAVA_CLOB = 2005
 
 _COLUMN_CACHE_LIMIT = 1 << 16
+_SHAPE_CACHE_LIMIT = 4096
+_SHAPES_PER_TABLE = 8  # kept per table: sqlType varies with the values (unsigned promotion), DDL adds more
 
 
 _Bad = Malformed  # a reason for a DecodeError; the position is added by guarded_decode
@@ -106,6 +110,43 @@ def _to_int(v: Any) -> int:
     raise TypeError(f"expected integer text, got {type(v).__name__}")
 
 
+# what _to_bytes / _to_int run for text, declared so generated row converters inline it (types.row_converter)
+T.set_fast_form(_to_bytes, str, operator.methodcaller("encode", "latin-1"))
+T.set_fast_form(_to_int, str, int)
+
+
+class _Shape(NamedTuple):
+    """What one message shape decodes with: its Column tuple (shared by every event of that shape), the
+    column names of its first row in order, each column's converter, and the generated converter for rows
+    with exactly those names in that order (None when the shape is not kept); then what identifies the shape
+    (the maps of the message that built it, only read)."""
+
+    columns: tuple[Column, ...]
+    names: tuple[str, ...]
+    convs: dict[str, Callable[[Any], Any]]
+    convert: Callable[[Iterable[Any]], dict[str, Any]] | None
+    mysql_types: dict
+    sql_types: dict
+    code_types: tuple[type, ...]
+    pk_names: list | None
+
+
+# _rows builds RowChange positionally (twice as fast as by keyword); make a reordering of its fields loud.
+if tuple(f.name for f in dataclasses.fields(RowChange))[:9] != (
+        "schema", "table", "commit_ts", "op", "before", "after", "columns", "position", "size"):
+    raise ImportError("applier.events.RowChange fields changed order: update canal_json._rows")
+
+
+def _all_str(items: list) -> bool:
+    """Every item is a str. (str.join raises TypeError for anything else; for decoded JSON, where a str is
+    never a subclass, it answers like checking type() per item, at a fifth of the cost.)"""
+    try:
+        "".join(items)
+    except TypeError:
+        return False
+    return True
+
+
 def _converter_for(base: str) -> Callable[[Any], Any]:
     """Converter for one column; canal-json specifics on top of the shared text conversions."""
     if base in T.BINARY_TYPES:
@@ -127,6 +168,10 @@ class CanalJSONDecoder:
         self.gated = self.require_tidb_extension
         # (name, mysqlType, sqlType, is pk) -> (Column, converter)
         self._columns: dict[tuple[str, str, Any, bool], tuple[Column, Callable[[Any], Any]]] = {}
+        # (schema, table) -> its recent message shapes, newest first (see _shape);
+        # (names, converters) -> generated row converter
+        self._recent: dict[tuple[str, str], list[_Shape]] = {}
+        self._row_converters: dict[tuple, Callable[[Iterable[Any]], dict[str, Any]]] = {}
 
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record (several for a multi-row message). Raises only DecodeError."""
@@ -229,11 +274,7 @@ class CanalJSONDecoder:
         elif type(sql_types) is not dict:
             raise _Bad("'sqlType' must be an object")
         pk_names = obj.get("pkNames")
-        if pk_names is None:
-            pk = frozenset()
-        elif type(pk_names) is list and all(type(n) is str for n in pk_names):
-            pk = frozenset(pk_names)
-        else:
+        if pk_names is not None and not (type(pk_names) is list and _all_str(pk_names)):
             raise _Bad("'pkNames' must be a list of strings or null")
         old = obj.get("old")
         if op is Op.UPDATE:
@@ -243,11 +284,90 @@ class CanalJSONDecoder:
                     f"{'null' if old is None else type(old).__name__ if type(old) is not list else len(old)}"
                 )
 
-        # Column metadata, once per message: data order first (the table's column order; the mysqlType
-        # map is a Go map and comes out in random order), then anything only mysqlType names.
         first = data[0]
         if type(first) is not dict:
             raise _Bad("'data' rows must be objects")
+        shape = self._shape(schema, table, first, mysql_types, sql_types, pk_names)
+        cols = shape.columns
+        convs = shape.convs
+        convert = shape.convert
+        names = shape.names
+
+        n = len(data)
+        per_row = size // n
+        out = []
+        for i in range(n):
+            row = data[i]
+            after = None
+            if convert is not None and (i == 0 or (type(row) is dict and tuple(row) == names)):
+                try:
+                    after = convert(row.values())
+                except Exception:  # noqa: BLE001 - the generic path below finds and names the culprit
+                    pass
+            if after is None:
+                after = self._convert(row, convs, i, "data")
+            # RowChange(schema, table, commit_ts, op, before, after, columns, position, size), positionally:
+            # keyword arguments cost twice as much here (the field order is checked at import)
+            if op is Op.UPDATE:
+                o = old[i]
+                prev = None
+                if convert is not None and type(o) is dict and tuple(o) == names:
+                    try:
+                        prev = convert(o.values())
+                    except Exception:  # noqa: BLE001
+                        pass
+                if prev is None:
+                    prev = self._convert(o, convs, i, "old")
+                before = dict(after)
+                before.update(prev)
+                out.append(RowChange(schema, table, commit_ts, op, before, after, cols, pos, per_row))
+            elif op is Op.INSERT:
+                out.append(RowChange(schema, table, commit_ts, op, None, after, cols, pos, per_row))
+            else:
+                out.append(RowChange(schema, table, commit_ts, op, after, None, cols, pos, per_row))
+        return out
+
+    def _shape(self, schema: str, table: str, first: dict, mysql_types: dict, sql_types: dict,
+               pk_names: list | None) -> _Shape:
+        """The columns and converters of a message, reused while what determines them stays the same: the
+        first row's column names in order, the mysqlType and sqlType maps and the key names.
+
+        Recent shapes are kept per table and matched by dict equality, which ignores the order of the maps
+        (TiCDC writes mysqlType from a Go map, so its order changes from message to message) and costs less
+        than hashing them. Equality would take a sqlType 4.0 or true for the 4 or 1 a shape was validated
+        with, so the Python types of the sqlType values must match too."""
+        names = tuple(first)
+        code_types = tuple(map(type, sql_types.values()))
+        recent = self._recent.get((schema, table))
+        if recent is not None:
+            for hit in recent:
+                if (hit.names == names and hit.mysql_types == mysql_types and hit.sql_types == sql_types
+                        and hit.code_types == code_types and hit.pk_names == pk_names):
+                    return hit
+        columns, convs = self._columns_of(first, mysql_types, sql_types, frozenset(pk_names or ()))
+        if len(columns) != len(names):  # mysqlType names columns the first row lacks: rare, not kept
+            return _Shape(columns, names, convs, None, mysql_types, sql_types, code_types, pk_names)
+        conv_tuple = tuple(convs.values())
+        convert = self._row_converters.get((names, conv_tuple))
+        if convert is None:
+            convert = T.row_converter(names, conv_tuple)
+            if len(self._row_converters) >= _SHAPE_CACHE_LIMIT:
+                self._row_converters.clear()
+            self._row_converters[(names, conv_tuple)] = convert
+        shape = _Shape(columns, names, convs, convert, mysql_types, sql_types, code_types, pk_names)
+        if recent is None:
+            if len(self._recent) >= _SHAPE_CACHE_LIMIT:
+                self._recent.clear()
+            self._recent[(schema, table)] = [shape]
+        else:
+            recent.insert(0, shape)
+            del recent[_SHAPES_PER_TABLE:]
+        return shape
+
+    def _columns_of(self, first: dict, mysql_types: dict, sql_types: dict,
+                    pk: frozenset) -> tuple[tuple[Column, ...], dict[str, Callable[[Any], Any]]]:
+        # Column metadata: data order first (the table's column order; the mysqlType map is a Go map and
+        # comes out in random order), then anything only mysqlType names.
         order = list(first)
         if len(order) != len(mysql_types) or any(n not in mysql_types for n in order):
             seen = set(order)
@@ -265,30 +385,11 @@ class CanalJSONDecoder:
                 hit = cache.get(ck)
             except TypeError:
                 raise _Bad(f"column {name!r}: 'sqlType' must be an integer") from None
-            if hit is None:
+            if hit is None or (code is not None and type(code) is not int):  # 4.0 == 4: validate, never hit
                 hit = self._new_column(name, spec, code, name in pk)
             columns.append(hit[0])
             convs[name] = hit[1]
-        cols = tuple(columns)
-
-        n = len(data)
-        per_row = size // n
-        out = []
-        for i in range(n):
-            row = data[i]
-            after = self._convert(row, convs, i, "data")
-            if op is Op.UPDATE:
-                before = dict(after)
-                before.update(self._convert(old[i], convs, i, "old"))
-                out.append(RowChange(schema=schema, table=table, commit_ts=commit_ts, op=op, before=before,
-                                     after=after, columns=cols, position=pos, size=per_row))
-            elif op is Op.INSERT:
-                out.append(RowChange(schema=schema, table=table, commit_ts=commit_ts, op=op, before=None,
-                                     after=after, columns=cols, position=pos, size=per_row))
-            else:
-                out.append(RowChange(schema=schema, table=table, commit_ts=commit_ts, op=op, before=after,
-                                     after=None, columns=cols, position=pos, size=per_row))
-        return out
+        return tuple(columns), convs
 
     @staticmethod
     def _convert(row: Any, convs: dict, i: int, which: str) -> dict:

@@ -39,13 +39,13 @@ straight to MySQL/MariaDB (which accept it under a permissive sql_mode) or apply
 
 from __future__ import annotations
 
-import base64
+import binascii
 import datetime as _dt
 import math
 import struct
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import orjson
 
@@ -82,6 +82,10 @@ __all__ = [
     "is_zero_date",
     "b64decode_strict",
     "go_json_dumps",
+    "set_fast_form",
+    "conversion_expr",
+    "generated_function",
+    "row_converter",
 ]
 
 
@@ -222,6 +226,10 @@ def _digits(s: str) -> bool:
     return s.isdigit() and s.isascii()
 
 
+_date_fromiso = _dt.date.fromisoformat
+_datetime_fromiso = _dt.datetime.fromisoformat
+
+
 def is_zero_date(text: str) -> bool:
     """True for MySQL zero dates / dates with a zero part ('0000-00-00', '2020-00-01 ...')."""
     if len(text) < 10 or text[4] != "-" or text[7] != "-":
@@ -236,10 +244,11 @@ def parse_date(text: str) -> _dt.date | str:
     """'YYYY-MM-DD' -> date. Zero dates come back as the original string (see module docstring)."""
     if type(text) is not str:
         raise TypeError(f"expected date text, got {type(text).__name__}")
-    if len(text) != 10 or text[4] != "-" or text[7] != "-":
+    # text[4:8:3] is text[4] + text[7]: one slice instead of two index tests (this runs once per value)
+    if len(text) != 10 or text[4:8:3] != "--":
         raise ConversionError(f"{text!r} is not a date (YYYY-MM-DD)")
     try:
-        return _dt.date.fromisoformat(text)  # fast path; the shape check above rules out other ISO forms
+        return _date_fromiso(text)  # fast path; the shape check above rules out other ISO forms
     except ValueError:
         pass
     y, m, d = text[0:4], text[5:7], text[8:10]
@@ -257,23 +266,25 @@ def parse_datetime(text: str) -> _dt.datetime | str:
     """'YYYY-MM-DD HH:MM:SS[.ffffff]' -> naive datetime (fraction kept). Zero dates -> original string."""
     if type(text) is not str:
         raise TypeError(f"expected datetime text, got {type(text).__name__}")
+    # The separators sit every third character from index 4 (4, 7, 10, 13, 16 and the fraction's dot at 19),
+    # so one extended slice checks them all: this runs once per value and the index-by-index test cost more
+    # than fromisoformat itself. The fraction must be 1-6 ASCII digits (fromisoformat would also take a time
+    # zone or a comma there).
     n = len(text)
-    if n != 19 and not (21 <= n <= 26 and text[19] == "."):
-        if n == 10:  # a date without time part: accept, MySQL does
-            d = parse_date(text)
-            return d if isinstance(d, str) else _dt.datetime(d.year, d.month, d.day)
-        raise ConversionError(f"{text!r} is not a datetime (YYYY-MM-DD HH:MM:SS[.ffffff])")
-    if (
-        text[4] != "-"
-        or text[7] != "-"
-        or text[10] != " "
-        or text[13] != ":"
-        or text[16] != ":"
-        or (n > 19 and not _digits(text[20:]))
-    ):
+    if n == 19:
+        ok = text[4:17:3] == "-- ::"
+    elif 21 <= n <= 26:
+        frac = text[20:]
+        ok = text[4:20:3] == "-- ::." and frac.isdigit() and frac.isascii()
+    elif n == 10:  # a date without time part: accept, MySQL does
+        d = parse_date(text)
+        return d if isinstance(d, str) else _dt.datetime(d.year, d.month, d.day)
+    else:
+        ok = False
+    if not ok:
         raise ConversionError(f"{text!r} is not a datetime (YYYY-MM-DD HH:MM:SS[.ffffff])")
     try:
-        return _dt.datetime.fromisoformat(text)
+        return _datetime_fromiso(text)
     except ValueError:
         pass
     if is_zero_date(text):
@@ -318,15 +329,206 @@ def b64decode_strict(text: str) -> bytes:
     if type(text) is not str:
         raise TypeError(f"expected base64 text, got {type(text).__name__}")
     try:
-        return base64.b64decode(text, validate=True)
+        # what base64.b64decode(text, validate=True) runs after encoding the text to ASCII (Python >= 3.11),
+        # without its two Python-level calls; a non-ASCII text raises the same ValueError
+        return _a2b_base64(text, strict_mode=True)
     except (ValueError, TypeError) as e:  # binascii.Error is a ValueError
         raise ConversionError(f"invalid base64: {e}") from None
+
+
+_a2b_base64 = binascii.a2b_base64
 
 
 def _str(text: str) -> str:
     if type(text) is not str:
         raise TypeError(f"expected text, got {type(text).__name__}")
     return text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Whole-row conversion. Decoding calls one converter per value, and for a row of mostly integers and strings
+# the Python call (plus the dict lookup of the column's converter) costs more than the conversion itself. A
+# converter may therefore declare a *fast form*: "for a value of exactly this type, the result is fast(value)
+# (or the value itself)". row_converter() builds, once per row shape, a function that applies each column's
+# converter with that test inlined, so the common values need no Python call at all.
+# ---------------------------------------------------------------------------------------------------------
+
+_FAST_FORM = "fast_form"
+
+
+def set_fast_form(conv: Callable[[Any], Any], value_type: type, fast: Callable[[Any], Any] | None = None) -> None:
+    """Declare that for every ``v`` whose type is exactly ``value_type``, ``conv(v)`` returns ``fast(v)`` (``v``
+    itself when ``fast`` is None), and raises exactly when ``fast(v)`` raises (the exception may differ).
+    Generated row converters rely on it; tests/unit/test_fast_paths.py checks every declared form."""
+    setattr(conv, _FAST_FORM, (value_type, fast))
+
+
+set_fast_form(parse_int, str, int)  # int(text) is what parse_int runs for text
+set_fast_form(_str, str)
+
+#: above this many columns a row converter is a loop (generated code would gain little and compile slowly)
+MAX_GENERATED_COLUMNS = 512
+
+
+def conversion_expr(i: int, conv: Callable[[Any], Any], ns: dict[str, Any]) -> str:
+    """Source of an expression converting the local ``v{i}`` with ``conv`` (None stays None), inlining the
+    converter's fast form; binds what it names (``c{i}``, ``t{i}``, ``f{i}``) in the namespace ``ns``."""
+    v = f"v{i}"
+    ns[f"c{i}"] = conv
+    form = getattr(conv, _FAST_FORM, None)
+    if form is None:
+        return f"None if {v} is None else c{i}({v})"
+    ns[f"t{i}"] = form[0]
+    if form[1] is None:
+        return f"{v} if type({v}) is t{i} or {v} is None else c{i}({v})"
+    ns[f"f{i}"] = form[1]
+    return f"f{i}({v}) if type({v}) is t{i} else None if {v} is None else c{i}({v})"
+
+
+def generated_function(name: str, src: str, ns: dict[str, Any]) -> Callable[..., Any]:
+    """Compile ``src`` (which defines function ``name``) in the namespace ``ns`` and return the function.
+    For the codecs' per-shape converters: their source holds only indices and fixed text, never upstream
+    names or values (those are bound in ``ns``)."""
+    ns.setdefault("type", type)
+    exec(compile(src, f"<generated {name}>", "exec"), ns)
+    return ns[name]
+
+
+def row_converter(names: tuple[str, ...], convs: tuple[Callable[[Any], Any], ...]) -> Callable[[Iterable[Any]], dict[str, Any]]:
+    """A function taking the values of one row, in ``names`` order (exactly ``len(names)`` of them), and
+    returning ``{name: None if v is None else conv(v)}`` in that order. It raises when a converter would (not
+    necessarily the same exception: a caller that needs the converter's own error runs the converter again),
+    or ValueError for a wrong number of values.
+
+    The function is generated: one local per column and each converter's fast form (see :func:`set_fast_form`)
+    inlined, e.g. ``int(v3) if type(v3) is t3 else None if v3 is None else c3(v3)``. Only indices enter the
+    generated source; the column names, types and converters are bound as variables of its namespace, so no
+    upstream text is ever compiled. Build it once per row shape (it takes ~0.1 ms) and cache it.
+    """
+    n = len(names)
+    if n != len(convs):
+        raise ValueError(f"{n} names but {len(convs)} converters")
+    if n > MAX_GENERATED_COLUMNS:
+        pairs = tuple(zip(names, convs))
+
+        def convert_loop(values: Iterable[Any]) -> dict[str, Any]:
+            vals = tuple(values)
+            if len(vals) != n:
+                raise ValueError(f"expected {n} values, got {len(vals)}")
+            return {name: None if v is None else conv(v) for (name, conv), v in zip(pairs, vals)}
+
+        return convert_loop
+    ns: dict[str, Any] = {}
+    items = []
+    for i, (name, conv) in enumerate(zip(names, convs)):
+        ns[f"k{i}"] = name
+        items.append(f"k{i}: {conversion_expr(i, conv, ns)}")
+    src = (
+        "def convert(values):\n"
+        f"    [{''.join(f'v{i}, ' for i in range(n))}] = values\n"
+        f"    return {{{', '.join(items)}}}\n"
+    )
+    return generated_function("convert", src, ns)
+
+
+def bits_to_int(data: bytes) -> int:
+    """Raw BIT bytes (big-endian, as MySQL stores them) -> unsigned int."""
+    return int.from_bytes(data, "big")
+
+
+def b64decode_strict(text: str) -> bytes:
+    """Standard base64 (with padding) -> bytes; anything else is an error (no silent skipping)."""
+    if type(text) is not str:
+        raise TypeError(f"expected base64 text, got {type(text).__name__}")
+    try:
+        # what base64.b64decode(text, validate=True) runs after encoding the text to ASCII (Python >= 3.11),
+        # without its two Python-level calls; a non-ASCII text raises the same ValueError
+        return _a2b_base64(text, strict_mode=True)
+    except (ValueError, TypeError) as e:  # binascii.Error is a ValueError
+        raise ConversionError(f"invalid base64: {e}") from None
+
+
+_a2b_base64 = binascii.a2b_base64
+
+
+def _str(text: str) -> str:
+    if type(text) is not str:
+        raise TypeError(f"expected text, got {type(text).__name__}")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Whole-row conversion. Decoding calls one converter per value, and for a row of mostly integers and strings
+# the Python call (plus the dict lookup of the column's converter) costs more than the conversion itself. A
+# converter may therefore declare a *fast form*: "for a value of exactly this type, the result is fast(value)
+# (or the value itself)". row_converter() builds, once per row shape, a function that applies each column's
+# converter with that test inlined, so the common values need no Python call at all.
+# ---------------------------------------------------------------------------------------------------------
+
+_FAST_FORM = "fast_form"
+
+
+def set_fast_form(conv: Callable[[Any], Any], value_type: type, fast: Callable[[Any], Any] | None = None) -> None:
+    """Declare that for every ``v`` whose type is exactly ``value_type``, ``conv(v)`` returns ``fast(v)`` (``v``
+    itself when ``fast`` is None), and raises exactly when ``fast(v)`` raises (the exception may differ).
+    Generated row converters rely on it; tests/unit/test_fast_paths.py checks every declared form."""
+    setattr(conv, _FAST_FORM, (value_type, fast))
+
+
+set_fast_form(parse_int, str, int)  # int(text) is what parse_int runs for text
+set_fast_form(_str, str)
+
+#: above this many columns a row converter is a loop (generated code would gain little and compile slowly)
+_ROW_CONVERTER_MAX_COLUMNS = 512
+
+
+def row_converter(names: tuple[str, ...], convs: tuple[Callable[[Any], Any], ...]) -> Callable[[Iterable[Any]], dict[str, Any]]:
+    """A function taking the values of one row, in ``names`` order (exactly ``len(names)`` of them), and
+    returning ``{name: None if v is None else conv(v)}`` in that order; it raises whatever a converter raises,
+    or ValueError for a wrong number of values.
+
+    The function is generated: one local per column and each converter's fast form (see :func:`set_fast_form`)
+    inlined, e.g. ``int(v3) if type(v3) is str else (None if v3 is None else c3(v3))``. Only indices enter the
+    generated source; the column names, types and converters are bound as variables of its namespace, so no
+    upstream text is ever compiled. Build it once per row shape (it takes ~0.1 ms) and cache it.
+    """
+    n = len(names)
+    if n != len(convs):
+        raise ValueError(f"{n} names but {len(convs)} converters")
+    if n > _ROW_CONVERTER_MAX_COLUMNS:
+        pairs = tuple(zip(names, convs))
+
+        def convert_loop(values: Iterable[Any]) -> dict[str, Any]:
+            vals = tuple(values)
+            if len(vals) != n:
+                raise ValueError(f"expected {n} values, got {len(vals)}")
+            return {name: None if v is None else conv(v) for (name, conv), v in zip(pairs, vals)}
+
+        return convert_loop
+    ns: dict[str, Any] = {"type": type}
+    items = []
+    for i, (name, conv) in enumerate(zip(names, convs)):
+        ns[f"k{i}"] = name
+        ns[f"c{i}"] = conv
+        v = f"v{i}"
+        form = getattr(conv, _FAST_FORM, None)
+        if form is None:
+            expr = f"None if {v} is None else c{i}({v})"
+        else:
+            ns[f"t{i}"] = form[0]
+            if form[1] is None:
+                expr = f"{v} if type({v}) is t{i} or {v} is None else c{i}({v})"
+            else:
+                ns[f"f{i}"] = form[1]
+                expr = f"f{i}({v}) if type({v}) is t{i} else None if {v} is None else c{i}({v})"
+        items.append(f"k{i}: {expr}")
+    src = (
+        "def convert(values):\n"
+        f"    [{''.join(f'v{i}, ' for i in range(n))}] = values\n"
+        f"    return {{{', '.join(items)}}}\n"
+    )
+    exec(compile(src, "<row_converter>", "exec"), ns)
+    return ns["convert"]
 
 
 def _null(_text: str) -> None:

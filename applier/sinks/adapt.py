@@ -3,11 +3,15 @@
 Each writer says, per target column type, which converter (if any) turns a decoded upstream value into what
 that column stores (``Sink.value_converter``); this module caches those per table shape and runs them over
 rows and keys with as little per-row work as possible. A converter marked ``check_only`` only validates, on
-the first non-NULL value of its column in a batch.
+the first non-NULL value of its column in a batch. A converter may declare ``acts_on``, the value types it can
+change (every other value comes back as it is): a column whose batch holds none of those is skipped after one
+C-level scan of its value types, which is the usual case (PostgreSQL's zero-date rule only acts on strings, and
+a DATE column normally holds dates).
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable
 
 from applier.sinks.base import ApplyError, TableMeta
@@ -59,10 +63,20 @@ class AdapterCache:
         return convs
 
 
+def acts_on(conv: Callable[[Any], Any], *types: type) -> None:
+    """Declare that ``conv`` returns every value whose type is not (a subclass of) one of ``types`` unchanged
+    (and never raises for it); adapt_rows then skips a column whose batch holds no such value."""
+    conv.acts_on = types  # type: ignore[attr-defined]
+
+
 def adapt_rows(meta: TableMeta, adapters: RowAdapters, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Apply the conversions to every row and the checks to the first non-NULL value of their column; a refused
     value becomes an ApplyError naming the table and column. Rows are converted in place: they are the batch
-    plan's own dicts (plan_batch builds them), and converters are idempotent."""
+    plan's own dicts (plan_batch copies them), and converters are idempotent.
+
+    Conversions run column by column, each column skipped when its converter's ``acts_on`` types are absent
+    from it. If a value is refused, the rows are run again row by row (converters are idempotent), so the
+    error names the same first bad value, in row order, as a row-by-row pass would."""
     convs, checks = adapters
     col = ""
     try:
@@ -72,11 +86,25 @@ def adapt_rows(meta: TableMeta, adapters: RowAdapters, rows: list[dict[str, Any]
                 if v is not None:
                     f(v)
                     break
-        for r in rows:
+        if not convs:
+            return rows
+        try:
             for col, f in convs:
-                v = r[col]
-                if v is not None:
-                    r[col] = f(v)
+                types = getattr(f, "acts_on", None)
+                if types is not None:
+                    kinds = set(map(type, map(operator.itemgetter(col), rows)))
+                    if not any(issubclass(k, types) for k in kinds):
+                        continue
+                for r in rows:
+                    v = r[col]
+                    if v is not None:
+                        r[col] = f(v)
+        except ValueRefused:
+            for r in rows:
+                for col, f in convs:
+                    v = r[col]
+                    if v is not None:
+                        r[col] = f(v)
     except ValueRefused as exc:
         raise ApplyError(f"column {col!r} of target table {meta.display}: {exc}") from None
     return rows

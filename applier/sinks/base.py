@@ -16,6 +16,7 @@ and moves inside one batch from colliding.
 from __future__ import annotations
 
 import abc
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -46,6 +47,7 @@ class TableMeta:
     key: tuple[str, ...]
     unique_sets: tuple[tuple[str, ...], ...]  # every unique key, the primary key included
     types: dict[str, str] = field(default_factory=dict)  # column -> the catalog's type ("bit varying(5)", "enum('a','b')")
+    type_oids: dict[str, int] = field(default_factory=dict)  # column -> its type's oid, where the dialect has them (PostgreSQL)
 
     @property
     def display(self) -> str:
@@ -124,7 +126,12 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool =
 
     ``replace`` (used where there is no commit ts to order by, i.e. ungated protocols, whose at-least-once
     replays can bring an older row back while another row holds its unique value): before the upserts, rows
-    holding any of their non-key unique values are deleted, as TiCDC's own safe mode (REPLACE) does."""
+    holding any of their non-key unique values are deleted, as TiCDC's own safe mode (REPLACE) does.
+
+    This runs once per row change, so the common case is kept cheap: key tuples come from a C-level getter
+    (:func:`_key` only runs to word the error when that fails), and whether a row's columns are all writable
+    is decided once per column-name tuple (:func:`_writable_row` only runs for rows that need filtering or
+    hold unknown columns). Upsert rows are copies of the events' dicts, because writers adapt them in place."""
     if not meta.key:
         first = changes[0]
         raise ApplyError(
@@ -133,29 +140,53 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool =
             "the target table, or route the upstream table with ignore = true"
         )
     key_cols = meta.key
+    key_of = _key_getter(key_cols)
+    single_key = len(key_cols) == 1
+    key0 = key_cols[0]
+    other_uniques = tuple(cols for cols in meta.unique_sets if cols != key_cols)
+    writable = meta.writable
+    all_writable: dict[tuple[str, ...], bool] = {}  # column names of a row -> every one is writable
     final: dict[tuple[Any, ...], dict[str, Any] | None] = {}
     must_delete: dict[tuple[Any, ...], None] = {}
+    delete_op, update_op = Op.DELETE, Op.UPDATE
     for ch in changes:
-        if ch.op is Op.DELETE:
-            k = _key(meta, ch, ch.before, key_cols)
+        op = ch.op
+        if op is delete_op:
+            try:
+                k = key_of(ch.before)
+            except (KeyError, TypeError):
+                k = _key(meta, ch, ch.before, key_cols)  # raises, naming what is missing
             final.pop(k, None)
             final[k] = None
             must_delete[k] = None
             continue
-        row = _writable_row(meta, ch)
-        k = _key(meta, ch, ch.after, key_cols)
-        if ch.op is Op.UPDATE and ch.before:
+        after = ch.after
+        if after:
+            names = tuple(after)
+            ok = all_writable.get(names)
+            if ok is None:
+                ok = all_writable[names] = writable.issuperset(names)
+            row = dict(after) if ok else _writable_row(meta, ch)
+            try:
+                k = key_of(after)
+            except (KeyError, TypeError):
+                k = _key(meta, ch, after, key_cols)
+        else:
+            row = _writable_row(meta, ch)
+            k = _key(meta, ch, after, key_cols)  # raises: no row image
+        if op is update_op and ch.before:
             old = ch.before
-            if any(c in old for c in key_cols):
-                ok = _key(meta, ch, old, key_cols)
-                if ok != k:
-                    final.pop(ok, None)
-                    final[ok] = None
-                    must_delete[ok] = None
-            for cols in meta.unique_sets:
-                if cols == key_cols:
-                    continue  # a key change is handled above
-                if any(c in old and c in ch.after and old[c] != ch.after[c] for c in cols):
+            if (key0 in old) if single_key else any(c in old for c in key_cols):
+                try:
+                    ok_ = key_of(old)
+                except KeyError:
+                    ok_ = _key(meta, ch, old, key_cols)  # raises: part of the key is missing
+                if ok_ != k:
+                    final.pop(ok_, None)
+                    final[ok_] = None
+                    must_delete[ok_] = None
+            for cols in other_uniques:  # a key change is handled above
+                if any(c in old and c in after and old[c] != after[c] for c in cols):
                     must_delete[k] = None
                     break
         final.pop(k, None)
@@ -164,14 +195,25 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool =
     plan.deletes = list(must_delete)
     plan.upserts = [row for row in final.values() if row is not None]
     if replace:
-        for cols in meta.unique_sets:
-            if cols == key_cols:
-                continue
+        for cols in other_uniques:
             vals = [v for row in plan.upserts
                     if (v := tuple(row.get(c) for c in cols)) and all(x is not None for x in v) and all(c in row for c in cols)]
             if vals:
                 plan.unique_clears[cols] = list(dict.fromkeys(vals))
     return plan
+
+
+def _key_getter(cols: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A C-level function image -> key tuple (operator.itemgetter returns a bare value for one name, so a
+    one-column key is wrapped). Raises KeyError for a missing column and TypeError for no image."""
+    if len(cols) == 1:
+        c = cols[0]
+
+        def one(image: Any) -> tuple[Any, ...]:
+            return (image[c],)
+
+        return one
+    return operator.itemgetter(*cols)
 
 
 def _key(meta: TableMeta, ch: RowChange, image: dict[str, Any] | None, cols: tuple[str, ...]) -> tuple[Any, ...]:

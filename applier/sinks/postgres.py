@@ -2,7 +2,9 @@
 
 Upserts COPY the batch into a temporary table and merge it with one
 ``INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE`` (measured 140-180k rows/s here, against ~8.5k rows/s for
-SQLAlchemy multi-row VALUES); deletes COPY the keys and run one ``DELETE ... USING``. The staging tables are
+SQLAlchemy multi-row VALUES); deletes COPY the keys and run one ``DELETE ... USING``. The COPY is binary when
+every column type and every value of the batch allow it (:func:`binary_copy_types`: half the driver CPU of a
+text COPY and a faster load on the server), text otherwise; both store the same values. The staging tables are
 ``ON COMMIT DROP`` temporaries created lazily once per transaction, so they always match the target's current
 shape even right after a DDL. All identifiers are quoted by SQLAlchemy's identifier preparer. PostgreSQL DDL is
 transactional, so a DDL commits together with its history row and the progress.
@@ -38,8 +40,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import operator
 import re
-from typing import Any, Callable
+from decimal import Decimal
+from typing import Any, Callable, Sequence
 
 from sqlalchemy import Column, MetaData, Table, and_, delete, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -50,7 +54,7 @@ from psycopg import sql as psql
 
 from applier.codecs.types import format_time, is_zero_date
 from applier.ddl.postgres import TYPE_COMMENT_PREFIX, parse_type_comment
-from applier.sinks.adapt import ValueRefused
+from applier.sinks.adapt import ValueRefused, acts_on
 from applier.sinks.base import ApplyError, Sink, TableMeta, reflect_table
 
 
@@ -86,19 +90,26 @@ class PostgresSink(Sink):
             created.add(name)
         return stage, name
 
-    def _copy(self, conn: Connection, name: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    def _copy(self, conn: Connection, name: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]],
+              oids: list[int] | None = None) -> None:
+        """COPY ``rows`` into the staging table: in binary with ``oids`` (see :func:`binary_copy_types`), else
+        in text."""
         # COPY goes to psycopg directly (no placeholder processing): quote with psycopg's own sql.Identifier
-        stmt = psql.SQL("COPY {} ({}) FROM STDIN").format(
+        stmt = psql.SQL("COPY {} ({}) FROM STDIN" + (" (FORMAT BINARY)" if oids else "")).format(
             psql.Identifier(name), psql.SQL(", ").join(psql.Identifier(c) for c in cols))
         raw = conn.connection.dbapi_connection
         with raw.cursor() as cur:
             with cur.copy(stmt) as cp:
+                if oids:
+                    cp.set_types(oids)
+                write_row = cp.write_row
                 for r in rows:
-                    cp.write_row(r)
+                    write_row(r)
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         stage, name = self._stage(conn, meta, "up", cols)
-        self._copy(conn, name, cols, [tuple(r[c] for c in cols) for r in rows])
+        tuples = list(map(_tuple_getter(cols), rows))
+        self._copy(conn, name, cols, tuples, binary_copy_types(meta, cols, tuples))
         ck = ("up", id(meta.table), cols)
         stmt = self._stmts.get(ck)
         if stmt is None:
@@ -113,7 +124,7 @@ class PostgresSink(Sink):
                     cols: tuple[str, ...] | None = None) -> None:
         cols = cols or meta.key
         stage, name = self._stage(conn, meta, "del", cols)
-        self._copy(conn, name, cols, keys)
+        self._copy(conn, name, cols, keys, binary_copy_types(meta, cols, keys))
         ck = ("del", id(meta.table), cols)
         stmt = self._stmts.get(ck)
         if stmt is None:
@@ -130,7 +141,7 @@ class PostgresSink(Sink):
 
     def reflect(self, conn: Connection, schema: str, name: str) -> TableMeta:
         meta = reflect_table(conn, schema, name)
-        meta.types = catalog_types(conn, schema, name)
+        meta.types, meta.type_oids = catalog(conn, schema, name)
         return meta
 
     def value_converter(self, column_type: str | None) -> Callable[[Any], Any] | None:
@@ -138,7 +149,7 @@ class PostgresSink(Sink):
 
 
 _CATALOG_TYPES = text(
-    "SELECT a.attname, format_type(a.atttypid, a.atttypmod), col_description(a.attrelid, a.attnum) "
+    "SELECT a.attname, format_type(a.atttypid, a.atttypmod), col_description(a.attrelid, a.attnum), a.atttypid "
     "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = coalesce(CAST(:s AS name), current_schema()) AND c.relname = :t "
@@ -146,16 +157,87 @@ _CATALOG_TYPES = text(
 )
 
 
+def catalog(conn: Connection, schema: str | None, name: str) -> tuple[dict[str, str], dict[str, int]]:
+    """Per column: its type for the writer (see :func:`catalog_types`) and its type's oid (for binary COPY)."""
+    types: dict[str, str] = {}
+    oids: dict[str, int] = {}
+    for col, typ, comment, oid in conn.execute(_CATALOG_TYPES, {"s": schema or None, "t": name}):
+        if typ == "text" and parse_type_comment(comment) is not None:
+            typ = comment[len(TYPE_COMMENT_PREFIX):]
+        types[col] = typ
+        oids[col] = int(oid)
+    return types, oids
+
+
 def catalog_types(conn: Connection, schema: str | None, name: str) -> dict[str, str]:
     """column -> its type for the writer: ``format_type()`` ("bit varying(64)", "timestamp(6) with time zone"),
     except a ``text`` column carrying an ``applier:enum(...)``/``applier:set(...)`` comment, which is given as
     that upstream type ("enum('a','b')")."""
-    out: dict[str, str] = {}
-    for col, typ, comment in conn.execute(_CATALOG_TYPES, {"s": schema or None, "t": name}):
-        if typ == "text" and parse_type_comment(comment) is not None:
-            typ = comment[len(TYPE_COMMENT_PREFIX):]
-        out[col] = typ
-    return out
+    return catalog(conn, schema, name)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Binary COPY. psycopg formats a text COPY row at ~3.4 us of driver CPU (11 mixed columns), a binary one at
+# ~1.8 us, and the server loads binary rows about twice as fast. Binary is only used where it stores exactly
+# what text would: for these column types, and only when every value of the batch has a type whose binary
+# form psycopg writes as that same value. Anything else (a zero date turned '-infinity', TIME as MySQL text,
+# BIT strings, JSON, real/float4, whose binary form would round differently, types without a binary dumper,
+# an integer outside its column's range, which binary would wrap around instead of refusing, a NUL in a
+# string, which both refuse but with different errors) sends that batch as text, exactly as before.
+
+_INT2, _INT4, _INT8, _FLOAT8, _NUMERIC = 21, 23, 20, 701, 1700
+_TEXT, _VARCHAR, _BYTEA, _DATE, _TIMESTAMP, _TIMESTAMPTZ = 25, 1043, 17, 1082, 1114, 1184
+
+#: oid -> the Python types whose binary COPY form stores the same value as their text form
+BINARY_COPY_VALUE_TYPES: dict[int, frozenset[type]] = {
+    _INT2: frozenset({int}), _INT4: frozenset({int}), _INT8: frozenset({int}),
+    _FLOAT8: frozenset({float}),
+    _NUMERIC: frozenset({Decimal, int}),
+    _TEXT: frozenset({str}), _VARCHAR: frozenset({str}),
+    _BYTEA: frozenset({bytes}),
+    _DATE: frozenset({_dt.date}),
+    _TIMESTAMP: frozenset({_dt.datetime}), _TIMESTAMPTZ: frozenset({_dt.datetime}),
+}
+_INT_RANGES = {_INT2: (-(1 << 15), (1 << 15) - 1), _INT4: (-(1 << 31), (1 << 31) - 1),
+               _INT8: (-(1 << 63), (1 << 63) - 1)}
+_NONE_TYPE = type(None)
+_TZINFO = operator.attrgetter("tzinfo")
+
+
+def binary_copy_types(meta: TableMeta, cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[int] | None:
+    """The type oids to COPY ``rows`` (tuples in ``cols`` order) in binary, or None when they must go as text
+    (see above). Cost: a few C-level passes over each column's values."""
+    oids = [meta.type_oids.get(c) for c in cols]
+    if not all(o in BINARY_COPY_VALUE_TYPES for o in oids):
+        return None
+    for oid, values in zip(oids, zip(*rows)):
+        kinds = set(map(type, values))
+        kinds.discard(_NONE_TYPE)
+        if not kinds:
+            continue
+        if not kinds <= BINARY_COPY_VALUE_TYPES[oid]:
+            return None
+        if oid in _INT_RANGES:
+            lo, hi = _INT_RANGES[oid]
+            present = [v for v in values if v is not None]
+            if min(present) < lo or max(present) > hi:
+                return None
+        elif oid == _TEXT or oid == _VARCHAR:
+            if "\x00" in "".join(filter(None, values)):
+                return None
+        elif oid == _TIMESTAMP or oid == _TIMESTAMPTZ:
+            zones = set(map(_TZINFO, (v for v in values if v is not None)))
+            if (oid == _TIMESTAMP) != (zones == {None}):  # timestamp: naive only; timestamptz: aware only
+                return None
+    return oids
+
+
+def _tuple_getter(cols: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """row dict -> tuple of its ``cols`` values, in C (operator.itemgetter gives a bare value for one name)."""
+    if len(cols) == 1:
+        c = cols[0]
+        return lambda r: (r[c],)
+    return operator.itemgetter(*cols)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -204,6 +286,7 @@ def _enum_converter(members: tuple[str, ...]) -> Callable[[Any], Any]:
                                "comment: the comment is stale (apply the upstream ALTER TABLE)")
         return v
 
+    acts_on(enum_name, int)
     return enum_name
 
 
@@ -224,6 +307,7 @@ def _set_converter(members: tuple[str, ...]) -> Callable[[Any], Any]:
             return out
         return v
 
+    acts_on(set_names, int)
     return set_names
 
 
@@ -256,6 +340,7 @@ def _bit_converter(width: int | None) -> Callable[[Any], Any]:
             raise ValueRefused(f"BIT value {v} does not fit in {width} bits")
         return format(v, fmt)
 
+    acts_on(bits, bytes, bytearray, int)
     return bits
 
 
@@ -282,3 +367,9 @@ def _interval(v: Any) -> Any:
     if type(v) is _dt.timedelta:
         return format_time(v)
     return v
+
+
+# What each converter can change (applier.sinks.adapt.acts_on): a column without such values is skipped.
+acts_on(_zero_date, str)
+acts_on(_timestamptz, _dt.datetime, str)
+acts_on(_interval, _dt.timedelta)
