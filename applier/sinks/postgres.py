@@ -227,7 +227,8 @@ def binary_copy_types(meta: TableMeta, cols: Sequence[str], rows: Sequence[Seque
                 return None
         elif oid == _TIMESTAMP or oid == _TIMESTAMPTZ:
             zones = set(map(_TZINFO, (v for v in values if v is not None)))
-            if (oid == _TIMESTAMP) != (zones == {None}):  # timestamp: naive only; timestamptz: aware only
+            naive_only = oid == _TIMESTAMP  # timestamp takes naive datetimes only, timestamptz aware ones only
+            if (zones != {None}) if naive_only else (None in zones):
                 return None
     return oids
 

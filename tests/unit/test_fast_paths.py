@@ -624,6 +624,8 @@ UTC = dt.timezone.utc
     (PG._TIMESTAMP, [dt.datetime(2020, 1, 1, tzinfo=UTC)], False),
     (PG._TIMESTAMPTZ, [dt.datetime(2020, 1, 1, tzinfo=UTC)], True),
     (PG._TIMESTAMPTZ, [dt.datetime(2020, 1, 1)], False),
+    (PG._TIMESTAMPTZ, [dt.datetime(2020, 1, 1, tzinfo=UTC), dt.datetime(2020, 1, 1)], False),
+    (PG._TIMESTAMP, [dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 1, tzinfo=UTC)], False),
     (700, [1.5], False),  # real: binary would round the double itself, text rounds its decimal text
     (1114 + 100000, [1], False),
     (PG._INT4, [None, None], True),
