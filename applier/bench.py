@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dup-fraction", type=float, default=0.005, help="row changes sent twice by TiCDC restarts")
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
+    p.add_argument("--decode-on", choices=("auto", "executors", "driver"), default="auto",
+                   help="[pipeline] decode_on: where Kafka records are decoded")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra SparkSession setting")
     p.add_argument("--profile", metavar="FILE", help="cProfile every micro-batch into FILE (pstats) and print the top")
     p.add_argument("--keep", action="store_true", help="keep the topic and the target schema")
@@ -421,10 +423,16 @@ def instrumented(clock: StageClock, profiler: cProfile.Profile | None = None) ->
             _wrap_applier(self, clock)
 
         def process(self, messages):
+            return self._timed(super().process, messages)
+
+        def process_chunks(self, chunks):
+            return self._timed(super().process_chunks, chunks)
+
+        def _timed(self, fn, batch):
             clock._local.in_process = True
             t = time.perf_counter()
             try:
-                return super().process(messages)
+                return fn(batch)
             finally:
                 clock.add("process", time.perf_counter() - t)
                 clock._local.in_process = False
@@ -514,11 +522,13 @@ def stage_split(wall: float, clock: StageClock, processor_seconds: Mapping[str, 
          "Spark thread, run() outside foreachBatch: migrations, progress load, partition listing, query "
          "start/stop, micro-batch planning between batches"),
         ("read", on_batch - submit_wait,
-         "Spark thread, inside foreachBatch: Kafka source fetch + toArrow() to the driver + KafkaMessages"),
+         "Spark thread, inside foreachBatch: Kafka source fetch + toArrow() to the driver (with decode_on "
+         "executors this includes decoding in Spark's Python workers)"),
         ("wait for apply thread", submit_wait,
          "Spark thread: the next batch is read and waits for the apply thread to finish the previous one"),
         ("drain last batch", drain, "Spark thread: after the query ends, waiting for the last batch to apply"),
-        ("decode", decode, "apply thread: codec decode + routing (processor)"),
+        ("decode", decode, "apply thread: codec decode (or, with decode_on executors, rebuilding the workers' "
+         "events from their chunks) + routing (processor)"),
         ("gate/order", gate, "apply thread: gate.add: per-batch sort of held events, spill to disk when over budget"),
         ("apply: release+other", apply - plan - write - progress - commit,
          "apply thread: gate.release merge (incl. reading spilled runs), chunking, reflection, DDL, transaction begin"),
@@ -875,7 +885,8 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
     ckpt = Path(tempfile.gettempdir()) / "applier-bench" / run_id
     cfg = {
         "pipeline": {"name": f"bench-{run_id}", "checkpoint_dir": str(ckpt),
-                     "max_offsets_per_trigger": a.max_offsets_per_trigger, "buffer_memory_mb": a.buffer_mb},
+                     "max_offsets_per_trigger": a.max_offsets_per_trigger, "buffer_memory_mb": a.buffer_mb,
+                     "decode_on": a.decode_on},
         "source": {"bootstrap_servers": urls.kafka, "topics": [topic], "protocol": a.protocol},
         "target": {"url": url, "batch_rows": a.batch_rows},
         "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},

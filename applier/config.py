@@ -27,6 +27,7 @@ Example (every key; see ``conf/*.toml``)::
     on_decode_error = "stop"              # stop | quarantine
     trigger_interval = "1 second"         # "<n> ms|millisecond(s)|second(s)|minute(s)"
     max_offsets_per_trigger = 100000      # optional int >= 1
+    decode_on = "auto"                    # auto | executors | driver (where Kafka records are decoded)
 
     [source]
     bootstrap_servers = "127.0.0.1:9092"  # required, "host:port[,host:port]"
@@ -202,6 +203,7 @@ _PIPELINE_KEYS = (
     "on_decode_error",
     "trigger_interval",
     "max_offsets_per_trigger",
+    "decode_on",
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka", "codec")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "schema")
@@ -306,6 +308,7 @@ class PipelineSettings(_RedactedRepr):
     trigger_interval: str = "1 second"  # canonical Spark form: "<n> milliseconds|seconds|minutes"
     trigger_interval_ms: int = 1000
     max_offsets_per_trigger: int | None = None
+    decode_on: str = "auto"  # auto | executors | driver; see decodes_on_executors()
 
     @property
     def buffer_memory_bytes(self) -> int:
@@ -320,6 +323,7 @@ class PipelineSettings(_RedactedRepr):
             "on_decode_error": self.on_decode_error,
             "trigger_interval": self.trigger_interval,
             "max_offsets_per_trigger": self.max_offsets_per_trigger,
+            "decode_on": self.decode_on,
         }
 
 
@@ -447,6 +451,15 @@ class Settings(_RedactedRepr):
     def target_url(self) -> URL:
         """The effective target URL with the password resolved (never log it; ``str()`` masks it)."""
         return self.target.sqlalchemy_url()
+
+    def decodes_on_executors(self) -> bool:
+        """Whether Spark's Python workers decode the records (applier.decode): ``pipeline.decode_on``, where
+        "auto" means yes for protocols whose messages decode alone (Open Protocol, Canal-JSON)."""
+        if self.pipeline.decode_on == "driver":
+            return False
+        from applier.codecs import decodes_alone
+
+        return decodes_alone(self.source.protocol)
 
     def router(self) -> Router:
         """A new :class:`~applier.routing.Router` for the rules (build it once: it caches per table)."""
@@ -632,6 +645,16 @@ class _Parser:
         source = self.parse_source(data["source"])
         spark = self.parse_spark(data.get("spark", {}))
         routes = self.parse_routes(data.get("route", []))
+        if pipeline.decode_on == "executors":
+            from applier.codecs import decodes_alone
+
+            if not decodes_alone(source.protocol):
+                raise self.error(
+                    "pipeline.decode_on",
+                    f'"executors" is not possible with source.protocol = "{source.protocol}": its messages '
+                    "decode with a schema learnt from earlier messages, which only the driver has. Use "
+                    '"auto" (executors where possible) or "driver"',
+                )
         return Settings(pipeline=pipeline, source=source, target=target, spark=spark, routes=routes)
 
     def parse_pipeline(self, raw: Any) -> PipelineSettings:
@@ -666,6 +689,7 @@ class _Parser:
         interval_text = self.get(d, p, "trigger_interval", str, hint='trigger_interval = "1 second"', default="1 second")
         interval, interval_ms = self.duration("pipeline.trigger_interval", interval_text)
         max_offsets = self.positive_int(d, p, "max_offsets_per_trigger", None, 100000)
+        decode_on = self.choice(d, p, "decode_on", ("auto", "executors", "driver"), "auto")
         return PipelineSettings(
             name=name,
             checkpoint_dir=checkpoint_dir,
@@ -675,6 +699,7 @@ class _Parser:
             trigger_interval=interval,
             trigger_interval_ms=interval_ms,
             max_offsets_per_trigger=max_offsets,
+            decode_on=decode_on,
         )
 
     def duration(self, key: str, text: str) -> tuple[str, int]:

@@ -126,3 +126,12 @@ class DecodeError(Exception):
         self.protocol = protocol
         where = f"{protocol} message at {position}" if protocol else f"message at {position}"
         super().__init__(f"cannot decode {where}: {reason}")
+
+    def __reduce__(self) -> tuple:
+        # errors found in a Spark Python worker travel to the driver pickled; keep every attribute
+        # (held_message too), which the default (re-calling __init__ with the message text) would not
+        return (_decode_error, (self.position, self.reason, self.protocol), dict(self.__dict__))
+
+
+def _decode_error(position: SourcePosition, reason: str, protocol: str) -> DecodeError:
+    return DecodeError(position, reason, protocol=protocol)

@@ -9,6 +9,7 @@ of the running query only; it is cleared at start, which is why deleting it lose
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from sqlalchemy.engine import Engine
 
 from applier import migrate
 from applier.config import Settings
+from applier.decode import CHUNK_SCHEMA, WorkerSpec, decode_arrow_batches
 from applier.events import KafkaMessage
 from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
@@ -42,6 +44,20 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER_BY_PROTOCOL = {"open": 12_500}
 def max_offsets_per_trigger(settings: Settings) -> int:
     return settings.pipeline.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER_BY_PROTOCOL.get(
         settings.source.protocol, DEFAULT_MAX_OFFSETS_PER_TRIGGER)
+
+
+def read_chunks(df, spec: WorkerSpec) -> list[bytes]:
+    """The micro-batch decoded by Spark's Python workers (applier.decode), as chunks for
+    :meth:`BatchProcessor.process_chunks`. Spark runs the workers while this thread waits in the JVM, so they
+    decode batch N+1 on other cores while the apply thread writes batch N."""
+    decoded = df.select("topic", "partition", "offset", "key", "value").mapInArrow(
+        functools.partial(decode_arrow_batches, spec), CHUNK_SCHEMA)
+    return decoded.toArrow().column(0).to_pylist()
+
+
+def worker_spec(settings: Settings) -> WorkerSpec:
+    return WorkerSpec(settings.source.protocol, tuple(sorted(settings.source.codec.items())),
+                      stop_at_error=settings.pipeline.on_decode_error != "quarantine")
 
 
 def read_messages(df) -> list[KafkaMessage]:
@@ -88,11 +104,24 @@ def spark_session(settings: Settings, app_name: str | None = None):
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
     )
+    if settings.spark.master.startswith("local"):
+        _local_workers_like_driver()
+        if "spark.pyspark.python" not in settings.spark.conf:
+            builder = builder.config("spark.pyspark.python", sys.executable)
     for k, v in settings.spark.conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _local_workers_like_driver() -> None:
+    """Local Spark's Python workers (they decode, applier.decode) inherit this environment: make them import
+    the same applier package as the driver, also when it runs from a source folder that is not installed."""
+    root = str(Path(__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
 
 
 def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
@@ -209,13 +238,18 @@ def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state,
     last_refresh = [time.monotonic()]
     query_box: list = []
 
-    def apply_batch(item: tuple[int, list[KafkaMessage]]) -> None:
+    on_executors = settings.decodes_on_executors()
+    spec = worker_spec(settings)
+    log.info("decoding %s records in %s", settings.source.protocol,
+             "Spark's Python workers" if on_executors else "the driver")
+
+    def apply_batch(item: tuple[int, list]) -> None:
         """Runs on the hand-off thread: the only thread that touches the processor and its gate."""
-        batch_id, msgs = item
+        batch_id, payload = item
         if time.monotonic() - last_refresh[0] > 30:
             processor.gate.add_partitions(kafka_partitions(spark, settings))
             last_refresh[0] = time.monotonic()
-        rep = processor.process(msgs)
+        rep = processor.process_chunks(payload) if on_executors else processor.process(payload)
         line.update(rep, processor.totals)
         log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
                  rep.applied.rows, rep.applied.ddls, rep.applied_ts, rep.held)
@@ -225,12 +259,12 @@ def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state,
         if query_box:
             threading.Thread(target=query_box[0].stop, name="applier-stop", daemon=True).start()
 
-    handoff: BatchHandoff[tuple[int, list[KafkaMessage]]] = BatchHandoff(apply_batch, on_error=stop_query)
+    handoff: BatchHandoff[tuple[int, list]] = BatchHandoff(apply_batch, on_error=stop_query)
 
     def on_batch(df, batch_id: int) -> None:
         handoff.raise_if_failed()
-        msgs = read_messages(df)
-        handoff.submit((batch_id, msgs))  # waits for the previous batch, raises its error
+        payload = read_chunks(df, spec) if on_executors else read_messages(df)
+        handoff.submit((batch_id, payload))  # waits for the previous batch, raises its error
 
     reader = spark.readStream.format("kafka")
     for k, v in settings.source.spark_options().items():

@@ -16,7 +16,8 @@ from sqlalchemy.engine import Engine
 
 from applier.apply import Applier, ApplyStats
 from applier.codecs import Decoder
-from applier.events import DDL, DecodeError, KafkaMessage, RowChange
+from applier.decode import Decoded, decode_chunk, decode_messages
+from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import PipelineState, ProgressStore
 from applier.sinks import sink_for
@@ -34,19 +35,6 @@ class BatchReport:
     applied_ts: int = 0
     held: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-def with_protocol_hint(exc: DecodeError, decoder: Decoder, msg: KafkaMessage) -> DecodeError:
-    """When the bytes look like another protocol, say so: a wrong source.protocol is the usual cause."""
-    try:
-        from applier.codecs.sniff import sniff
-    except ImportError:  # pragma: no cover - sniffing is optional
-        return exc
-    looks = sniff(msg.key, msg.value)
-    if looks is None or looks == getattr(decoder, "name", None):
-        return exc
-    return DecodeError(exc.position, f"{exc.reason} (the message looks like {looks!r}: check that "
-                       f"source.protocol = \"{looks}\" matches the changefeed's protocol)", protocol=exc.protocol)
 
 
 class BatchProcessor:
@@ -72,62 +60,66 @@ class BatchProcessor:
                                on_unsupported_ddl=on_unsupported_ddl, replace_mode=not self.gate.gated)
         self.batches = 0
         self.totals = BatchReport()
+        self._routed: dict[tuple[str, str], bool] = {}
+        self._interned: dict[tuple, tuple] = {}  # column tuples of worker-decoded events (see decode_chunk)
 
     def process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
+        """One micro-batch of raw records, decoded here (in the calling thread)."""
+        t0 = time.perf_counter()
+        decoded = decode_messages(self.decoder, messages, stop_at_error=self.on_decode_error != "quarantine")
+        return self.process_decoded(decoded, time.perf_counter() - t0)
+
+    def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
+        """One micro-batch decoded by Spark's Python workers (:func:`applier.decode.decode_arrow_batches`)."""
+        t0 = time.perf_counter()
+        decoded = Decoded()
+        for chunk in chunks:
+            decoded.extend(decode_chunk(chunk, self._interned))
+        return self.process_decoded(decoded, time.perf_counter() - t0)
+
+    def process_decoded(self, decoded: Decoded, decode_seconds: float = 0.0) -> BatchReport:
         rep = BatchReport()
         t0 = time.perf_counter()
-        events = []
+        gate = self.gate
         quarantined: list[tuple[KafkaMessage, str]] = []
-        # This loop runs once per message and once per event: keep the per-event work to a dict lookup.
-        # Routing is pure configuration, so its answer per (schema, table) is remembered for the batch (the
-        # router's own cache still costs a call per event); a routing error is raised by the first call.
-        decode = self.decoder.decode
+        for bad, exc in decoded.errors:
+            if self.on_decode_error != "quarantine":
+                raise exc
+            quarantined.append((bad, exc.reason))
+            if getattr(exc, "held_message", None) is None:
+                gate.note_offset(bad.topic, bad.partition, bad.offset)
+            log.error("quarantined %s", exc)
+        for topic, partition, offset in decoded.empty:
+            gate.note_offset(topic, partition, offset)
+        # Routing is pure configuration, so its answer per (schema, table) is remembered (the router's own
+        # cache still costs a call per event); a routing error is raised by the first call.
         route = self.route
-        routed: dict[tuple[str, str], bool] = {}
-        n_messages = 0
-        for msg in messages:
-            n_messages += 1
-            try:
-                evs = decode(msg)
-            except DecodeError as exc:
-                exc = with_protocol_hint(exc, self.decoder, msg)
-                if self.on_decode_error != "quarantine":
-                    raise exc
-                # a decoder that held messages (waiting for a schema) may find one of *those* bad
-                bad = getattr(exc, "held_message", None) or msg
-                quarantined.append((bad, exc.reason))
-                if bad is msg:
-                    self.gate.note_offset(msg.topic, msg.partition, msg.offset)
-                log.error("quarantined %s", exc)
-                continue
-            if not evs:
-                self.gate.note_offset(msg.topic, msg.partition, msg.offset)
-                continue
-            size = (len(msg.value or b"") + len(msg.key or b"")) // len(evs)
-            for ev in evs:
-                if isinstance(ev, (RowChange, DDL)):
-                    tk = (ev.schema, ev.table)
-                    keep = routed.get(tk)
-                    if keep is None:
-                        keep = routed[tk] = route(ev.schema, ev.table) is not None
-                    if not keep:
-                        self.gate.note_offset(msg.topic, msg.partition, msg.offset)
-                        continue
-                    ev.size = size
-                events.append(ev)
-        rep.messages = n_messages
+        routed = self._routed
+        events = []
+        for ev in decoded.events:
+            if type(ev) is RowChange or type(ev) is DDL:
+                tk = (ev.schema, ev.table)
+                keep = routed.get(tk)
+                if keep is None:
+                    keep = routed[tk] = route(ev.schema, ev.table) is not None
+                if not keep:
+                    pos = ev.position
+                    gate.note_offset(pos.topic, pos.partition, pos.offset)
+                    continue
+            events.append(ev)
+        rep.messages = decoded.messages
         rep.events = len(events)
         rep.quarantined = len(quarantined)
         t1 = time.perf_counter()
-        self.gate.add(events)
+        gate.add(events)
         t2 = time.perf_counter()
         self.batches += 1
-        rep.applied = self.applier.apply(self.gate, quarantined=quarantined)
+        rep.applied = self.applier.apply(gate, quarantined=quarantined)
         t3 = time.perf_counter()
-        rep.seconds = {"decode": t1 - t0, "gate": t2 - t1, "apply": t3 - t2}
-        rep.global_resolved = self.gate.global_resolved()
-        rep.applied_ts = self.gate.applied_ts
-        rep.held = self.gate.held
+        rep.seconds = {"decode": decode_seconds + t1 - t0, "gate": t2 - t1, "apply": t3 - t2}
+        rep.global_resolved = gate.global_resolved()
+        rep.applied_ts = gate.applied_ts
+        rep.held = gate.held
         self._total(rep)
         return rep
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from applier.events import Event, KafkaMessage
 
-__all__ = ["Decoder", "get_decoder", "protocols"]
+__all__ = ["Decoder", "decodes_alone", "get_decoder", "protocols"]
 
 
 @runtime_checkable
@@ -40,6 +40,17 @@ _DECODERS: dict[str, tuple[str, str]] = {
 def protocols() -> list[str]:
     """The protocol names get_decoder accepts."""
     return sorted(_DECODERS)
+
+
+def decodes_alone(protocol: str) -> bool:
+    """Whether a message of ``protocol`` decodes without anything learnt from earlier messages (no schema
+    cache, no held messages), so Spark's Python workers may decode it (see applier.decode). Decoders say so
+    with a class attribute ``decodes_alone = True``; the others (Simple, Avro, Debezium) decode in the driver."""
+    entry = _DECODERS.get(protocol)
+    if entry is None:
+        return False
+    module, cls_name = entry
+    return bool(getattr(getattr(importlib.import_module(module), cls_name), "decodes_alone", False))
 
 
 def get_decoder(protocol: str, **options: Any) -> Decoder:

@@ -162,6 +162,7 @@ class CanalJSONDecoder:
     """Decoder for TiCDC's canal-json. Gated when the TiDB extension (commit ts, watermarks) is required."""
 
     name = PROTOCOL
+    decodes_alone = True  # a message's events depend on that message only: may decode in Spark workers
 
     def __init__(self, *, require_tidb_extension: bool = True) -> None:
         self.require_tidb_extension = bool(require_tidb_extension)

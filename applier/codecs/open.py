@@ -524,6 +524,7 @@ class OpenDecoder:
 
     name = PROTOCOL
     gated = True
+    decodes_alone = True  # a message's events depend on that message only: may decode in Spark workers
 
     def __init__(self, *, strict_values: bool = True, legacy_base64_strings: bool = False) -> None:
         self.strict_values = bool(strict_values)

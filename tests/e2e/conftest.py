@@ -8,6 +8,7 @@ PostgreSQL from Debian). What this session starts, it stops at the end; services
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def spark(urls, tmp_path_factory):
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+         .config("spark.pyspark.python", sys.executable)  # workers decode (applier.decode) with this venv
          .getOrCreate())
     s.sparkContext.setLogLevel("ERROR")
     yield s

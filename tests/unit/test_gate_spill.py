@@ -22,9 +22,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import applier.blocks as blocks_mod
 import applier.gate as gate_mod
+from applier.blocks import BlockCodec
 from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
-from applier.gate import Gate, SpillError, _merge_slices, _SpillCodec
+
+from applier.gate import Gate, SpillError, _merge_slices
 
 
 class Label(str):
@@ -168,7 +171,7 @@ def event_blocks(draw: st.DrawFn) -> list[Any]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(blocks=st.lists(event_blocks(), min_size=1, max_size=3))
 def test_codec_round_trips_every_value_exactly(blocks: list[list[Any]]) -> None:
-    codec = _SpillCodec()
+    codec = BlockCodec()
     encoded = [codec.encode(b) for b in blocks]
     codec.finish()
     for block, (core, rest) in zip(blocks, encoded):
@@ -188,7 +191,7 @@ def test_each_value_kind_round_trips_as_a_whole_column(kind: str, data: st.DataO
         values[data.draw(st.integers(0, len(values) - 1))] = None
     events = [RowChange("s", "t", 1, Op.INSERT, None, {"id": i, "v": v}, COLS_A, SourcePosition("k", 0, i), 1)
               for i, v in enumerate(values)]
-    codec = _SpillCodec()
+    codec = BlockCodec()
     back = codec.decode(*codec.encode(events))
     assert all(same_event(a, b) for a, b in zip(events, back)) and len(back) == len(events)
 
@@ -198,23 +201,23 @@ def test_typed_columns_take_the_fast_paths() -> None:
     (that is the speed-up); tz-aware values fall back to pickle and still round-trip."""
     others: list = []
     dec = (Decimal("1.50"), None, Decimal("-0"))
-    assert gate_mod._encode_column(dec, others)[0] == gate_mod._DECIMAL
+    assert blocks_mod._encode_column(dec, others)[0] == blocks_mod._DECIMAL
     naive = (dt.datetime(2020, 1, 1, 1, 2, 3, 456789, fold=1), dt.datetime(1, 1, 1))
-    assert gate_mod._encode_column(naive, others)[0] == gate_mod._STATE
-    assert gate_mod._encode_column((dt.timedelta(days=-3, microseconds=7),), others)[0] == gate_mod._ARGS
+    assert blocks_mod._encode_column(naive, others)[0] == blocks_mod._STATE
+    assert blocks_mod._encode_column((dt.timedelta(days=-3, microseconds=7),), others)[0] == blocks_mod._ARGS
     aware = (dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc), dt.datetime(2020, 1, 1))
-    assert gate_mod._encode_column(aware, others)[0] == gate_mod._OTHER
+    assert blocks_mod._encode_column(aware, others)[0] == blocks_mod._OTHER
     for col in (dec, naive, aware):
-        back = gate_mod._decode_column(gate_mod._encode_column(col, others), others)
+        back = blocks_mod._decode_column(blocks_mod._encode_column(col, others), others)
         assert same(list(col), list(back))
-    assert gate_mod._decode_column(gate_mod._encode_column(naive, others), others)[0].fold == 1
+    assert blocks_mod._decode_column(blocks_mod._encode_column(naive, others), others)[0].fold == 1
 
 
 def test_decoded_events_share_column_metadata_and_images_are_fresh() -> None:
     cols = tuple(COLS_A)
     evs = [RowChange("s", "t", 1, Op.UPDATE, {"id": i, "v": "a"}, {"id": i, "v": "b"}, tuple(cols),
                      SourcePosition("k", 0, i)) for i in range(5)]
-    codec = _SpillCodec()
+    codec = BlockCodec()
     back = codec.decode(*codec.encode(evs))
     assert back == evs
     assert len({id(e.columns) for e in back}) == 1
@@ -224,16 +227,16 @@ def test_decoded_events_share_column_metadata_and_images_are_fresh() -> None:
 def test_too_many_column_variants_are_pickled_whole() -> None:
     """Column metadata that never compares equal must not grow the shape table without bound."""
     evs = [RowChange("s", "t", 1, Op.INSERT, None, {"id": i}, (Column("id", "int", type_code=i),),
-                     SourcePosition("k", 0, i)) for i in range(3 * gate_mod._MAX_SHAPE_VARIANTS)]
-    codec = _SpillCodec()
+                     SourcePosition("k", 0, i)) for i in range(3 * blocks_mod._MAX_SHAPE_VARIANTS)]
+    codec = BlockCodec()
     back = codec.decode(*codec.encode(evs))
     assert back == evs
-    assert len(codec.shapes) == gate_mod._MAX_SHAPE_VARIANTS
+    assert len(codec.shapes) == blocks_mod._MAX_SHAPE_VARIANTS
 
 
 def test_decode_pauses_the_collector_and_restores_its_state() -> None:
     evs = [RowChange("s", "t", 1, Op.INSERT, None, {"id": 1}, COLS_A[:1], SourcePosition("k", 0, 0))]
-    codec = _SpillCodec()
+    codec = BlockCodec()
     block = codec.encode(evs)
     was = gc.isenabled()
     try:

@@ -1,0 +1,162 @@
+"""The decode stage: Kafka records -> events, in the driver or in Spark's Python workers.
+
+Why workers: the driver's apply thread holds the GIL while it decodes, plans and writes, and decoding was about
+half of its time (docs/benchmarks.md), so no thread layout in the driver could use a second core for it. Spark's
+Python workers are separate processes. When the micro-batch's DataFrame is mapped through
+:func:`decode_arrow_batches`, the workers decode batch N+1 while the driver's apply thread writes batch N.
+
+Only decoders whose events for a message depend on nothing but that message (``decodes_alone`` in the codec
+module) may run there: a worker sees one Spark partition of the batch, and a fresh worker process starts with
+empty caches. Protocols that keep a schema across messages (Simple, Avro, Debezium) decode in the driver.
+
+What comes back from a worker is one *chunk* per slice of messages: the events as a compact columnar block
+(:mod:`applier.blocks`, about 2 us per event to rebuild against about 15 us to decode), the positions of
+messages that produced no events (the gate still needs their offsets) and every decode error with the raw
+record, so the driver applies ``pipeline.on_decode_error`` exactly as if it had decoded the batch itself.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from applier.blocks import BlockCodec
+from applier.codecs import Decoder, get_decoder
+from applier.events import DDL, DecodeError, Event, KafkaMessage, RowChange
+
+# Spark's schema of what decode_arrow_batches yields: one chunk (bytes) per row.
+CHUNK_SCHEMA = "chunk binary"
+# Messages per chunk. Bounds a worker's memory (an Open Protocol message holds up to 16 row changes) and the
+# size of one binary cell; chunks are concatenated in the driver, so this does not change what is applied.
+CHUNK_MESSAGES = 2048
+_CHUNK_VERSION = 1
+
+
+@dataclass
+class Decoded:
+    """What decoding some messages gave, in message order per partition."""
+
+    messages: int = 0
+    events: list[Event] = field(default_factory=list)
+    empty: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, partition, offset) without events
+    # the bad record (for a decoder that held messages, the held one that turned out bad) and the error
+    errors: list[tuple[KafkaMessage, DecodeError]] = field(default_factory=list)
+
+    def extend(self, other: "Decoded") -> None:
+        self.messages += other.messages
+        self.events.extend(other.events)
+        self.empty.extend(other.empty)
+        self.errors.extend(other.errors)
+
+
+def with_protocol_hint(exc: DecodeError, decoder: Decoder, msg: KafkaMessage) -> DecodeError:
+    """When the bytes look like another protocol, say so: a wrong source.protocol is the usual cause."""
+    try:
+        from applier.codecs.sniff import sniff
+    except ImportError:  # pragma: no cover - sniffing is optional
+        return exc
+    looks = sniff(msg.key, msg.value)
+    if looks is None or looks == getattr(decoder, "name", None):
+        return exc
+    hinted = DecodeError(exc.position, f"{exc.reason} (the message looks like {looks!r}: check that "
+                         f"source.protocol = \"{looks}\" matches the changefeed's protocol)", protocol=exc.protocol)
+    held = getattr(exc, "held_message", None)
+    if held is not None:
+        hinted.held_message = held  # type: ignore[attr-defined]
+    return hinted
+
+
+def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool) -> Decoded:
+    """Decode ``messages`` in order. With ``stop_at_error`` the first DecodeError (with a protocol hint) is
+    raised; otherwise every bad record is collected with its error and decoding goes on.
+
+    Each row/DDL event gets ``size``: its share of the record's bytes, what the gate's memory budget counts."""
+    out = Decoded()
+    events = out.events
+    decode = decoder.decode
+    n = 0
+    for msg in messages:
+        n += 1
+        try:
+            evs = decode(msg)
+        except DecodeError as exc:
+            exc = with_protocol_hint(exc, decoder, msg)
+            if stop_at_error:
+                raise exc
+            # a decoder that held messages (waiting for a schema) may find one of *those* bad
+            out.errors.append((getattr(exc, "held_message", None) or msg, exc))
+            continue
+        if not evs:
+            out.empty.append((msg.topic, msg.partition, msg.offset))
+            continue
+        size = (len(msg.value or b"") + len(msg.key or b"")) // len(evs)
+        for ev in evs:
+            if type(ev) is RowChange or type(ev) is DDL:
+                ev.size = size
+        events.extend(evs)
+    out.messages = n
+    return out
+
+
+# ---- chunks: a worker's Decoded as bytes -------------------------------------------------------------------
+
+def encode_chunk(d: Decoded) -> bytes:
+    codec = BlockCodec()
+    core, rest = codec.encode(d.events)  # type: ignore[arg-type]  # Resolved events travel in the block's rest
+    return pickle.dumps((_CHUNK_VERSION, d.messages, codec.shape_table(), core, rest, d.empty, d.errors),
+                        protocol=5)
+
+
+def decode_chunk(data: bytes, interned: dict[tuple, tuple] | None = None) -> Decoded:
+    """A chunk back to a Decoded. ``interned`` (kept by the caller across chunks) makes equal column tuples
+    of different chunks one object again, as the driver-side decoders keep them."""
+    version, messages, shapes, core, rest, empty, errors = pickle.loads(data)
+    if version != _CHUNK_VERSION:
+        raise ValueError(f"decoded chunk of format {version}, this applier reads {_CHUNK_VERSION}: the Spark "
+                         "workers run another version of the applier than the driver; install the same one")
+    if interned is not None:
+        shapes = [(s, t, op, interned.setdefault(cols, cols), *more) for s, t, op, cols, *more in shapes]
+    events = BlockCodec.from_shape_table(shapes).decode(core, rest) if shapes or rest else []
+    return Decoded(messages, events, empty, errors)
+
+
+# ---- the function Spark's Python workers run (DataFrame.mapInArrow) -----------------------------------------
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to build the same decoder as the driver (small and picklable)."""
+
+    protocol: str
+    options: tuple[tuple[str, Any], ...]
+    stop_at_error: bool
+
+
+_worker_decoders: dict[str, Decoder] = {}  # per worker process (repr of its spec): warm caches across tasks
+
+
+def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body: record batches of (topic, partition, offset, key, value) -> batches of chunks.
+
+    With ``stop_at_error`` a slice ends at its first bad record (the driver stops there anyway)."""
+    import pyarrow as pa
+
+    key = repr(spec)
+    decoder = _worker_decoders.get(key)
+    if decoder is None:
+        decoder = _worker_decoders[key] = get_decoder(spec.protocol, **dict(spec.options))
+    for rb in batches:
+        for lo in range(0, rb.num_rows, CHUNK_MESSAGES):
+            part = rb.slice(lo, CHUNK_MESSAGES)
+            msgs = map(KafkaMessage, *(part.column(i).to_pylist() for i in range(5)))
+            try:
+                d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error)
+            except DecodeError as exc:
+                d = Decoded(errors=[(_bad_record(part, exc), exc)])
+            yield pa.RecordBatch.from_arrays([pa.array([encode_chunk(d)], type=pa.binary())], names=["chunk"])
+
+
+def _bad_record(part: Any, exc: DecodeError) -> KafkaMessage:
+    offsets = part.column(2).to_pylist()
+    i = offsets.index(exc.position.offset) if exc.position.offset in offsets else 0
+    return KafkaMessage(*(part.column(c)[i].as_py() for c in range(5)))

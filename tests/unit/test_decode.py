@@ -1,0 +1,173 @@
+"""The decode stage in Spark's Python workers (applier.decode), without Spark: what the workers send back must
+rebuild into exactly the events, empty offsets and errors the driver would have decoded itself, in order."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+import applier.decode as D
+from applier.codecs import decodes_alone, get_decoder
+from applier.config import ConfigError, parse_config
+from applier.events import DDL, DecodeError, KafkaMessage, Resolved, RowChange, SourcePosition
+from applier.workload import generate
+
+OPTIONS = {"open": (), "canal-json": ()}
+
+
+def _messages(protocol: str, *, partitions: int = 2, txns: int = 60, seed: int = 5) -> list[KafkaMessage]:
+    wl = generate(protocol, partitions=partitions, txns=txns, seed=seed, replays=2)
+    per_part: dict[int, int] = {}
+    out = []
+    for part, key, value in wl.messages:
+        off = per_part.get(part, 0)
+        per_part[part] = off + 1
+        out.append(KafkaMessage("t", part, off, key, value))
+    return out
+
+
+def _batch(msgs: list[KafkaMessage]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([m.topic for m in msgs], pa.string()), pa.array([m.partition for m in msgs], pa.int32()),
+         pa.array([m.offset for m in msgs], pa.int64()), pa.array([m.key for m in msgs], pa.binary()),
+         pa.array([m.value for m in msgs], pa.binary())],
+        names=["topic", "partition", "offset", "key", "value"])
+
+
+def _on_workers(protocol: str, msgs: list[KafkaMessage], *, stop_at_error: bool, slices: int = 1) -> D.Decoded:
+    """What the driver rebuilds from the chunks of ``msgs`` fed as ``slices`` record batches."""
+    spec = D.WorkerSpec(protocol, OPTIONS[protocol], stop_at_error)
+    step = max(1, len(msgs) // slices)
+    batches = [_batch(msgs[i:i + step]) for i in range(0, len(msgs), step)]
+    out = D.Decoded()
+    interned: dict = {}
+    for rb in D.decode_arrow_batches(spec, iter(batches)):
+        assert rb.schema.names == ["chunk"]
+        for chunk in rb.column(0).to_pylist():
+            out.extend(D.decode_chunk(chunk, interned))
+    return out
+
+
+def _same_events(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert type(g) is type(w)
+        if isinstance(w, RowChange):
+            assert (g.schema, g.table, g.commit_ts, g.op, g.position, g.size, g.columns) == \
+                   (w.schema, w.table, w.commit_ts, w.op, w.position, w.size, w.columns)
+            # values exactly: same types (Decimal stays Decimal, bytes stay bytes), same key order
+            for gi, wi in ((g.before, w.before), (g.after, w.after)):
+                assert (gi is None) == (wi is None)
+                if wi is not None:
+                    assert list(gi.items()) == list(wi.items())
+                    assert [type(v) for v in gi.values()] == [type(v) for v in wi.values()]
+        else:
+            assert g == w
+
+
+@pytest.mark.parametrize("protocol", ["open", "canal-json"])
+@pytest.mark.parametrize("chunk_messages", [2048, 7])
+def test_worker_chunks_rebuild_the_driver_decode_in_order(protocol, chunk_messages, monkeypatch) -> None:
+    monkeypatch.setattr(D, "CHUNK_MESSAGES", chunk_messages)
+    msgs = _messages(protocol)
+    want = D.decode_messages(get_decoder(protocol), msgs, stop_at_error=True)
+    got = _on_workers(protocol, msgs, stop_at_error=True, slices=3)
+    assert got.messages == want.messages == len(msgs)
+    assert {type(e) for e in want.events} >= {RowChange, DDL, Resolved}
+    assert all(e.size > 0 for e in want.events if isinstance(e, (RowChange, DDL)))
+    _same_events(got.events, want.events)
+    assert got.empty == want.empty and got.errors == want.errors == []
+
+
+def test_rebuilt_events_share_column_tuples_across_chunks(monkeypatch) -> None:
+    monkeypatch.setattr(D, "CHUNK_MESSAGES", 5)
+    got = _on_workers("canal-json", _messages("canal-json"), stop_at_error=True)
+    rows = [e for e in got.events if isinstance(e, RowChange)]
+    by_table: dict = {}
+    for e in rows:
+        by_table.setdefault((e.table, e.columns), set()).add(id(e.columns))
+    assert all(len(ids) == 1 for ids in by_table.values())
+
+
+def _with_garbage(msgs: list[KafkaMessage], at: int) -> list[KafkaMessage]:
+    m = msgs[at]
+    out = list(msgs)
+    out[at] = KafkaMessage(m.topic, m.partition, m.offset, m.key, b"{not json")
+    return out
+
+
+def test_bad_record_comes_back_with_its_bytes_and_later_records_still_decode() -> None:
+    msgs = _with_garbage(_messages("canal-json"), 10)
+    got = _on_workers("canal-json", msgs, stop_at_error=False)
+    assert [(m.offset, m.value) for m, _ in got.errors] == [(msgs[10].offset, b"{not json")]
+    exc = got.errors[0][1]
+    assert isinstance(exc, DecodeError) and exc.position == msgs[10].position and "not valid JSON" in exc.reason
+    want = D.decode_messages(get_decoder("canal-json"), msgs, stop_at_error=False)
+    _same_events(got.events, want.events)
+
+
+def test_in_stop_mode_the_first_bad_record_is_what_the_driver_raises() -> None:
+    msgs = _with_garbage(_with_garbage(_messages("open"), 7), 12)
+    got = _on_workers("open", msgs, stop_at_error=True)
+    assert [m.offset for m, _ in got.errors] == [msgs[7].offset]
+    with pytest.raises(DecodeError) as err:
+        D.decode_messages(get_decoder("open"), msgs, stop_at_error=True)
+    assert str(got.errors[0][1]) == str(err.value)
+
+
+def test_a_wrong_protocol_is_named_by_the_worker_too() -> None:
+    msgs = _messages("canal-json")[:3]
+    got = _on_workers("open", msgs, stop_at_error=True)
+    assert 'source.protocol = "canal-json"' in got.errors[0][1].reason
+
+
+def test_decode_error_survives_pickling_with_every_attribute() -> None:
+    e = DecodeError(SourcePosition("t", 1, 9), "bad", protocol="simple")
+    e.held_message = KafkaMessage("t", 1, 4, None, b"x")  # type: ignore[attr-defined]
+    back = pickle.loads(pickle.dumps(e))
+    assert (str(back), back.position, back.reason, back.protocol) == (str(e), e.position, e.reason, e.protocol)
+    assert back.held_message == e.held_message
+
+
+def test_a_chunk_from_another_format_version_is_refused() -> None:
+    data = pickle.dumps((99, 0, [], b"", b"", [], []))
+    with pytest.raises(ValueError, match="same one"):
+        D.decode_chunk(data)
+
+
+def test_only_protocols_that_decode_message_by_message_run_on_executors() -> None:
+    assert decodes_alone("open") and decodes_alone("canal-json")
+    assert not any(decodes_alone(p) for p in ("simple", "avro", "debezium", "nope"))
+
+
+def _cfg(protocol: str, decode_on: str | None) -> dict:
+    pipeline = {"name": "p", "checkpoint_dir": "/tmp/x"}
+    if decode_on is not None:
+        pipeline["decode_on"] = decode_on
+    return {"pipeline": pipeline, "source": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["t"],
+                                              "protocol": protocol},
+            "target": {"url": "postgresql+psycopg://u@127.0.0.1/db"}}
+
+
+def test_decode_on_setting() -> None:
+    assert parse_config(_cfg("canal-json", None)).decodes_on_executors()
+    assert not parse_config(_cfg("canal-json", "driver")).decodes_on_executors()
+    assert not parse_config(_cfg("simple", None)).decodes_on_executors()  # auto falls back for Simple
+    with pytest.raises(ConfigError) as err:
+        parse_config(_cfg("simple", "executors"))
+    assert "pipeline.decode_on" in str(err.value) and "driver" in str(err.value)
+    with pytest.raises(ConfigError, match="pipeline.decode_on"):
+        parse_config(_cfg("open", "workers"))
+
+
+def test_records_without_events_come_back_as_offsets_for_the_gate() -> None:
+    import struct
+
+    msgs = _messages("open")[:20]
+    m = msgs[4]
+    msgs[4] = KafkaMessage(m.topic, m.partition, m.offset, struct.pack(">Q", 1), b"")  # a batch of no events
+    got = _on_workers("open", msgs, stop_at_error=True)
+    assert got.empty == [(m.topic, m.partition, m.offset)]
+    assert m.position not in {e.position for e in got.events}
