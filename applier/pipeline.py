@@ -8,8 +8,10 @@ of the running query only; it is cleared at start, which is why deleting it lose
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
+import gc
 import json
 import logging
 import os
@@ -19,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
@@ -69,6 +72,29 @@ def read_messages(df) -> list[KafkaMessage]:
     cols = [table.column(i).to_pylist() for i in range(5)]
     del table
     return list(map(KafkaMessage, *cols))
+
+
+# Collector thresholds while the pipeline runs (CPython's default is (700, 10, 10)); see bulk_gc.
+BULK_GC_THRESHOLD = (100_000, 50, 1000)
+
+
+@contextlib.contextmanager
+def bulk_gc() -> Iterator[None]:
+    """Collect cyclic garbage less often while the driver holds many events.
+
+    Held events are acyclic (dataclasses, dicts, tuples), so the cyclic collector never frees any of them, but
+    every 700 container allocations it walks the young ones and, every so often, the whole held set. Measured
+    (400k held Canal-JSON events): gate.add 2.15 -> 1.6 s, rebuilding worker chunks 1.5 -> 1.4 s. What exists
+    at start (modules, SQLAlchemy and Spark objects) is frozen out of the collector's walks. Reference counting
+    still frees everything as before; the previous settings come back when the run ends."""
+    old = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*BULK_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 class PipelineStopped(Exception):
@@ -212,7 +238,8 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
         if own_spark:
             spark = spark_session(settings)
         try:
-            return _run(settings, spark, engine, store, state, ckpt_root, until_caught_up, progress)
+            with bulk_gc():
+                return _run(settings, spark, engine, store, state, ckpt_root, until_caught_up, progress)
         finally:
             engine.dispose()
             if own_spark:

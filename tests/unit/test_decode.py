@@ -171,3 +171,4 @@ def test_records_without_events_come_back_as_offsets_for_the_gate() -> None:
     got = _on_workers("open", msgs, stop_at_error=True)
     assert got.empty == [(m.topic, m.partition, m.offset)]
     assert m.position not in {e.position for e in got.events}
+
