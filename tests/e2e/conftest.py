@@ -18,6 +18,27 @@ from sqlalchemy import create_engine, text
 from applier import services
 
 
+def _topics(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
+
+
+def _delete_topics(bootstrap: str, topics: set[str]) -> None:
+    """Delete the session's topics, so a long-lived local broker does not collect them run after run."""
+    from confluent_kafka.admin import AdminClient
+
+    names = sorted(t for t in topics if not t.startswith("_"))
+    if not names:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the futures
+    for name, fut in admin.delete_topics(names, operation_timeout=60).items():
+        try:
+            fut.result(90)
+        except Exception as exc:  # report, do not fail the session over clean-up
+            print(f"could not delete test topic {name}: {exc}", file=sys.stderr)
+
+
 def _wanted() -> set[str]:
     return {"kafka", "mariadb", "postgres"}
 
@@ -26,7 +47,9 @@ def _wanted() -> set[str]:
 def urls():
     before = {st.name for st in services.status(_wanted()) if st.up}
     u = services.start(_wanted())
+    topics_before = _topics(u.kafka)
     yield u
+    _delete_topics(u.kafka, _topics(u.kafka) - topics_before)  # what the tests created
     started = _wanted() - before
     if started and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
         services.stop(started)
