@@ -20,7 +20,8 @@ One run does, in this order:
    peak RSS of the driver and of its child processes (the Spark JVM), and the per-stage split.
 
 Nothing here changes how the applier works; it only observes it. ``--profile FILE`` additionally runs cProfile in
-the thread that runs each micro-batch and prints the top functions by cumulative time.
+the Spark thread that runs each micro-batch (FILE) and in the apply thread (FILE.apply) and prints the top
+functions of each by cumulative time. Spark's Python workers (decoding) are separate processes and not profiled.
 """
 
 from __future__ import annotations
@@ -403,7 +404,8 @@ class StageClock:
 
 
 @contextmanager
-def instrumented(clock: StageClock, profiler: cProfile.Profile | None = None) -> Iterator[StageClock]:
+def instrumented(clock: StageClock, profiler: cProfile.Profile | None = None,
+                 apply_profiler: cProfile.Profile | None = None) -> Iterator[StageClock]:
     """Install the timing wrappers (and the profiler) around one ``pipeline.run``; remove them afterwards."""
     import applier.apply as apply_mod
     import applier.pipeline as pipeline_mod
@@ -430,11 +432,15 @@ def instrumented(clock: StageClock, profiler: cProfile.Profile | None = None) ->
 
         def _timed(self, fn, batch):
             clock._local.in_process = True
+            if apply_profiler is not None:  # cProfile follows only the thread that enables it
+                apply_profiler.enable()
             t = time.perf_counter()
             try:
                 return fn(batch)
             finally:
                 clock.add("process", time.perf_counter() - t)
+                if apply_profiler is not None:
+                    apply_profiler.disable()
                 clock._local.in_process = False
 
     def foreach_batch(self, func):
@@ -901,6 +907,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
     sampler.start()
     reset_ok = reset_peak_rss()
     profiler = cProfile.Profile() if a.profile else None
+    apply_profiler = cProfile.Profile() if a.profile else None
     clock = StageClock()
     log(f"applier: run(until_caught_up=True), master local[{a.cores}], max_offsets_per_trigger "
         f"{a.max_offsets_per_trigger:,}, target {a.target}")
@@ -909,7 +916,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         ru0, sys0, load0 = resource.getrusage(resource.RUSAGE_SELF), system_cpu_ticks(), os.getloadavg()[0]
         svc0 = service_cpu_ticks()
         t = time.perf_counter()
-        with instrumented(clock, profiler):
+        with instrumented(clock, profiler, apply_profiler):
             res = run(settings, until_caught_up=True, spark=spark, progress=False)
         wall = time.perf_counter() - t
         ru1, sys1 = resource.getrusage(resource.RUSAGE_SELF), system_cpu_ticks()
@@ -1024,9 +1031,12 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         "the Spark thread's stages and the apply thread's stages overlap in time: each group adds up to the wall",
         "'gate/order' covers the sort on intake; the commit-order merge on release is inside 'apply: release+other'",
     ]
-    if profiler is not None:
+    if profiler is not None and apply_profiler is not None:
         profiler.dump_stats(a.profile)
-        result["profile"] = {"file": a.profile, "top_cumulative": profile_top(a.profile, 25)}
+        apply_file = f"{a.profile}.apply"
+        apply_profiler.dump_stats(apply_file)
+        result["profile"] = {"file": a.profile, "top_cumulative": profile_top(a.profile, 25),
+                             "apply_file": apply_file, "apply_top_cumulative": profile_top(apply_file, 25)}
     return result
 
 
@@ -1104,9 +1114,14 @@ def format_report(r: dict[str, Any]) -> str:
     for note in r["stages_not_measured"]:
         lines.append(f"    not separately measured: {note}")
     if "profile" in r:
-        lines += ["", f"  profile ({r['profile']['file']}), top by cumulative time:"]
-        for row in r["profile"]["top_cumulative"][:15]:
-            lines.append(f"    {row['cumtime']:>9.2f} s cum {row['tottime']:>8.2f} s own {row['calls']:>10,}  {row['function']}")
+        for title, file_key, top_key in (("Spark thread", "file", "top_cumulative"),
+                                         ("apply thread", "apply_file", "apply_top_cumulative")):
+            if top_key not in r["profile"]:
+                continue
+            lines += ["", f"  profile of the {title} ({r['profile'][file_key]}), top by cumulative time:"]
+            for row in r["profile"][top_key][:15]:
+                lines.append(f"    {row['cumtime']:>9.2f} s cum {row['tottime']:>8.2f} s own {row['calls']:>10,}  "
+                             f"{row['function']}")
     if not r["verify"]["ok"]:
         lines += ["", f"  VERIFY FAILED: {r['verify']['differences']}"]
     return "\n".join(lines)
