@@ -49,11 +49,15 @@ def max_offsets_per_trigger(settings: Settings) -> int:
         settings.source.protocol, DEFAULT_MAX_OFFSETS_PER_TRIGGER)
 
 
+# The Kafka source's columns a micro-batch is read with, in KafkaMessage's field order.
+RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value")
+
+
 def read_chunks(df, spec: WorkerSpec) -> list[bytes]:
     """The micro-batch decoded by Spark's Python workers (applier.decode), as chunks for
     :meth:`BatchProcessor.process_chunks`. Spark runs the workers while this thread waits in the JVM, so they
     decode batch N+1 on other cores while the apply thread writes batch N."""
-    decoded = df.select("topic", "partition", "offset", "key", "value").mapInArrow(
+    decoded = df.select(*RECORD_COLUMNS).mapInArrow(
         functools.partial(decode_arrow_batches, spec), CHUNK_SCHEMA)
     return decoded.toArrow().column(0).to_pylist()
 
@@ -68,7 +72,7 @@ def read_messages(df) -> list[KafkaMessage]:
 
     Arrow moves the five columns in bulk: about 1.5x faster than ``collect()``, which pickles every Row through
     py4j and builds Row objects first (docs/benchmarks.md)."""
-    table = df.select("topic", "partition", "offset", "key", "value").toArrow()
+    table = df.select(*RECORD_COLUMNS).toArrow()
     cols = [table.column(i).to_pylist() for i in range(5)]
     del table
     return list(map(KafkaMessage, *cols))
@@ -88,13 +92,16 @@ def bulk_gc() -> Iterator[None]:
     at start (modules, SQLAlchemy and Spark objects) is frozen out of the collector's walks. Reference counting
     still frees everything as before; the previous settings come back when the run ends."""
     old = gc.get_threshold()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0  # a host process that froze objects itself keeps them frozen
+    if freeze:
+        gc.freeze()
     gc.set_threshold(*BULK_GC_THRESHOLD)
     try:
         yield
     finally:
         gc.set_threshold(*old)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
 
 
 class PipelineStopped(Exception):

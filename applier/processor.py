@@ -44,7 +44,7 @@ class BatchProcessor:
                  on_unsupported_ddl: str = "stop") -> None:
         self.decoder = decoder
         self.route = route
-        self.on_decode_error = on_decode_error
+        self.stop_at_error = on_decode_error != "quarantine"
         holds = None
         if hasattr(decoder, "held_offsets") and hasattr(decoder, "held_min_commit_ts"):
             holds = lambda: (decoder.held_offsets(), decoder.held_min_commit_ts())  # noqa: E731
@@ -66,7 +66,7 @@ class BatchProcessor:
     def process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
         """One micro-batch of raw records, decoded here (in the calling thread)."""
         t0 = time.perf_counter()
-        decoded = decode_messages(self.decoder, messages, stop_at_error=self.on_decode_error != "quarantine")
+        decoded = decode_messages(self.decoder, messages, stop_at_error=self.stop_at_error)
         return self.process_decoded(decoded, time.perf_counter() - t0)
 
     def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
@@ -83,7 +83,7 @@ class BatchProcessor:
         gate = self.gate
         quarantined: list[tuple[KafkaMessage, str]] = []
         for bad, exc in decoded.errors:
-            if self.on_decode_error != "quarantine":
+            if self.stop_at_error:
                 raise exc
             quarantined.append((bad, exc.reason))
             if getattr(exc, "held_message", None) is None:
