@@ -7,6 +7,7 @@ checks the target against the stream's expected final state and prints the statu
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +21,11 @@ from applier.workload import generate, produce
 
 
 def demo(target: str = "mariadb", protocol: str = "canal-json") -> int:
-    urls = services.start({"kafka", target})
+    try:
+        urls = services.start({"kafka", target})  # installs Java, Maven and the database from Debian if missing
+    except services.ServicesError as exc:
+        print(f"demo: cannot start the local services: {exc}", file=sys.stderr)
+        return 2
     topic = f"demo-{protocol}-{int(time.time())}"
     wl = generate(protocol, partitions=3, txns=400, seed=42)
     produce(urls.kafka, topic, wl.messages, partitions=3)

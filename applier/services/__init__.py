@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -424,6 +425,23 @@ def apt_install(*packages: str) -> None:
     finally:
         if created:
             policy.unlink(missing_ok=True)
+
+
+JAVA_PACKAGE = "openjdk-17-jre-headless"
+MAVEN_PACKAGE = "maven"
+
+
+def ensure_command(command: str, package: str, needed_for: str) -> str:
+    """The path of ``command``, installing Debian's ``package`` first when it is missing and we are root (as the
+    databases are); otherwise a ServicesError that names the command to run."""
+    found = shutil.which(command)
+    if found is None and is_root():
+        apt_install(package)
+        found = shutil.which(command)
+    if found is None:
+        raise ServicesError(f"{command} is not installed ({needed_for}): run apt-get install -y {package} as root "
+                            "(or bash .ci/setup, which installs every prerequisite)")
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

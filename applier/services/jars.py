@@ -43,7 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from applier.services import ServicesError, applier_home
+from applier.services import MAVEN_PACKAGE, ServicesError, applier_home, ensure_command
 
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 SCALA_SUFFIX = "2.13"
@@ -196,8 +196,7 @@ def _read_marker(folder: Path) -> list[str] | None:
 
 
 def _run_mvn(workdir: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    if shutil.which("mvn") is None:
-        raise ServicesError("Maven (mvn) is not installed: apt-get install -y maven")
+    ensure_command("mvn", MAVEN_PACKAGE, "Maven resolves the Kafka jars from Maven Central")
     return subprocess.run(
         mvn_command(out), cwd=workdir, capture_output=True, text=True, stdin=subprocess.DEVNULL
     )

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from applier.services import (
     HOST,
+    JAVA_PACKAGE,
     ServicesError,
     ServiceStatus,
     await_ready,
+    ensure_command,
     home_dir,
     kafka_controller_port,
     log_path,
@@ -111,10 +113,7 @@ num.io.threads=8
 
 
 def _java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        raise ServicesError("java is not installed (Kafka needs Java 17+): apt-get install -y openjdk-17-jre-headless")
-    return java
+    return ensure_command("java", JAVA_PACKAGE, "Kafka needs Java 17+")
 
 
 def _jvm_opts(logs: Path, log4j: Path) -> list[str]:

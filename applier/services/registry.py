@@ -39,9 +39,12 @@ from pathlib import Path
 
 from applier.services import (
     HOST,
+    JAVA_PACKAGE,
+    MAVEN_PACKAGE,
     ServicesError,
     ServiceStatus,
     await_ready,
+    ensure_command,
     home_dir,
     log_path,
     managed_pid,
@@ -109,8 +112,7 @@ def mvn_wagon_command(repository: str, remote_path: str, target: Path) -> list[s
 
 
 def _run_mvn(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    if shutil.which("mvn") is None:
-        raise ServicesError("Maven (mvn) is not installed: apt-get install -y maven")
+    ensure_command("mvn", MAVEN_PACKAGE, "Maven fetches Apicurio Registry from Maven Central")
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
@@ -207,11 +209,7 @@ def resolve() -> Path:
 
 
 def _java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        raise ServicesError("java is not installed (Apicurio Registry needs Java 17+): "
-                            "apt-get install -y openjdk-17-jre-headless")
-    return java
+    return ensure_command("java", JAVA_PACKAGE, "Apicurio Registry needs Java 17+")
 
 
 def command(jar: Path, p: int, host: str = HOST) -> list[str]:

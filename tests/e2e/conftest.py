@@ -7,6 +7,7 @@ PostgreSQL from Debian). What this session starts, it stops at the end; services
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
@@ -39,6 +40,16 @@ def _delete_topics(bootstrap: str, topics: set[str]) -> None:
             print(f"could not delete test topic {name}: {exc}", file=sys.stderr)
 
 
+# Name parts of the topics this session made: every test topic carries its `unique` token (or is registered by
+# name). Only those are deleted at the end: another pytest session on the same broker keeps its topics.
+_MADE: set[str] = set()
+
+
+def made_topic(name_or_token: str) -> None:
+    """Register a topic (or a token in its name) this session created, for deletion at the end."""
+    _MADE.add(name_or_token)
+
+
 def _wanted() -> set[str]:
     return {"kafka", "mariadb", "postgres"}
 
@@ -49,7 +60,8 @@ def urls():
     u = services.start(_wanted())
     topics_before = _topics(u.kafka)
     yield u
-    _delete_topics(u.kafka, _topics(u.kafka) - topics_before)  # what the tests created
+    new = _topics(u.kafka) - topics_before
+    _delete_topics(u.kafka, {t for t in new if any(m in t for m in _MADE)})  # what this session's tests created
     started = _wanted() - before
     if started and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
         services.stop(started)
@@ -60,6 +72,8 @@ def spark(urls, tmp_path_factory):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # pyspark starts its Python workers with $PYSPARK_PYTHON (else "python3" from PATH): this venv's interpreter
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     jars = services.spark_kafka_jars()
     s = (SparkSession.builder.appName("applier-tests").master("local[2]")
          .config("spark.jars", ",".join(jars))
@@ -77,7 +91,9 @@ def spark(urls, tmp_path_factory):
 
 @pytest.fixture
 def unique() -> str:
-    return uuid.uuid4().hex[:8]
+    token = uuid.uuid4().hex[:8]
+    made_topic(token)
+    return token
 
 
 def target_url(urls, target: str) -> str:
@@ -105,3 +121,41 @@ def config(urls, target: str, protocol: str, topic: str, schema: str, ckpt: Path
         "target": {"url": target_url(urls, target)},
         "route": [{"match": "shop.*", "schema": schema}, {"match": "shop.audit_*", "ignore": True}],
     }
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # JSON string escapes are valid TOML basic-string escapes
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {v!r}")
+
+
+def write_toml(path: Path, cfg: dict) -> Path:
+    """A config dict (as :func:`config` builds it) as a TOML file, for tests that run the ``applier`` CLI."""
+    out: list[str] = []
+
+    def table(name: str, data: dict) -> None:
+        out.append(f"[{name}]")
+        subs = []
+        for k, v in data.items():
+            if isinstance(v, dict):
+                subs.append((k, v))
+            else:
+                out.append(f"{json.dumps(k)} = {_toml_value(v)}")
+        for k, v in subs:
+            table(f"{name}.{k}", v)
+
+    for section, data in cfg.items():
+        if isinstance(data, list):
+            for item in data:
+                out.append(f"[[{section}]]")
+                out.extend(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in item.items())
+        else:
+            table(section, data)
+    path.write_text("\n".join(out) + "\n")
+    return path
