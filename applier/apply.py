@@ -10,6 +10,11 @@ so data and progress commit together (invariant 6). A DDL runs between segments:
   statements run, then the row becomes ``done`` together with the progress. After a crash in between, the replay
   sees ``started`` and re-runs the statements, treating "already exists / does not exist" errors as done.
 
+Every one of these transactions commits only after :meth:`ProgressStore.save` or
+:meth:`ProgressStore.ddl_record` checked, inside it, that this run still holds the pipeline's writer epoch
+(invariant 13); a run another one took over gets :class:`~applier.progress.WriterFenced` and rolls back. The
+MySQL DDL statements themselves commit implicitly and cannot be checked: the "started" marker before them is.
+
 Any error stops the pipeline; restart resumes from the progress tables and converges (the gate drops what is
 already applied and the writes are idempotent).
 """

@@ -2,7 +2,8 @@
 
 Exit codes: 0 done; 2 configuration error (the message names the key); 3 undecodable message (names topic,
 partition, offset); 4 a change or DDL the target refused (names the table and position); 5 the target database is unreachable or refused the
-connection; 1 anything else.
+connection; 6 fenced: another run claimed the same pipeline.name (invariant 13; names its host, pid and when),
+this one stopped without writing; 1 anything else.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ EXIT_CONFIG = 2
 EXIT_DECODE = 3
 EXIT_APPLY = 4
 EXIT_TARGET = 5
+EXIT_FENCED = 6
 
 
 def consistency_of(settings: Settings) -> str:
@@ -83,6 +85,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo(target=args.target, protocol=args.protocol)
 
 
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first ``kind`` in ``exc``'s cause/context chain: the Spark query's failure can wrap the apply
+    thread's error, and the exit code must still say what happened."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, kind):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="applier", description="Apply TiCDC change streams from Kafka to MySQL, "
                                  "MariaDB or PostgreSQL, exactly once.")
@@ -121,9 +136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sqlalchemy.exc import DBAPIError
 
     from applier.codecs.registry import RegistryError
+    from applier.progress import WriterFenced
     from applier.sinks import ApplyError
     try:
         return args.fn(args)
+    except WriterFenced as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return EXIT_FENCED
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -136,8 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"stopped: {exc}", file=sys.stderr)
         return EXIT_APPLY
     except PipelineStopped as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
-        return 1
+        fenced = _cause(exc, WriterFenced)
+        print(f"stopped: {fenced or exc}", file=sys.stderr)
+        return EXIT_FENCED if fenced else 1
     except RegistryError as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return 1

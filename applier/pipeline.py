@@ -237,6 +237,7 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
     engine = make_engine(settings)
     migrate.upgrade(engine)
     store = ProgressStore(settings.pipeline.name, settings.source.protocol)
+    store.claim(engine)  # invariant 13: fence any older writer of this pipeline, then read what it committed
     with engine.connect() as conn:
         state = store.load(conn)
     ckpt_root = Path(settings.pipeline.checkpoint_dir)

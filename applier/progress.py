@@ -1,15 +1,26 @@
-"""The applier's own tables in the target: progress, DDL history, quarantine.
+"""The applier's own tables in the target: progress, DDL history, quarantine, the writer's epoch.
 
 They live in the target database so that progress commits in the same transaction as the data it describes
 (invariant 6). Their DDL is owned by the Alembic migrations in ``migrations/``; the ``Table`` objects here only
 describe them for queries. Progress writes use UPDATE-then-INSERT, which is portable across the dialects and
 only ever runs once per partition/table per transaction.
+
+One writer per pipeline (invariant 13): a run claims the pipeline in ``applier_writers`` by raising its epoch
+(:meth:`ProgressStore.claim`) before it reads its progress, and every data transaction ends its writes through
+:meth:`ProgressStore.save` or :meth:`ProgressStore.ddl_record`, which first update the writer row *where the
+epoch is still ours*. No row matched means a newer run claimed the pipeline: :class:`WriterFenced` is raised
+and the caller's transaction rolls back, so a fenced run changes nothing. The row lock that update takes
+serializes against a concurrent claim (the claimer's UPDATE waits for our commit), so once a claim has
+committed, every transaction of the older run either committed before it, and the new run reads its progress,
+or fails its check.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -17,7 +28,8 @@ from sqlalchemy import (
     BigInteger, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, Text, and_, insert, select,
     update,
 )
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from applier.events import DDL, KafkaMessage
 from applier.gate import PartitionCheckpoint
@@ -85,11 +97,42 @@ quarantine = Table(
     Column("created_at", DateTime, nullable=False),
 )
 
+writers = Table(
+    "applier_writers", metadata,
+    Column("pipeline", String(64), primary_key=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("holder", String(255), nullable=False),  # host name and pid of the claiming process
+    Column("claimed_at", DateTime),
+    Column("heartbeat_at", DateTime),  # the last data transaction the holder committed (or tried to)
+)
+
 VERSION_TABLE = "applier_schema_version"
+
+
+class WriterFenced(Exception):
+    """Another run claimed this pipeline after this one did: this run must stop without writing."""
+
+
+class NotClaimed(RuntimeError):
+    """A ProgressStore was asked to write before :meth:`ProgressStore.claim` (a programming error)."""
 
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+
+
+def holder_name() -> str:
+    """Who claims: host name and pid, enough for an operator to find the process (never a URL or secret)."""
+    return f"{socket.gethostname()} pid {os.getpid()}"[:255]
+
+
+def _lost_claim_race(exc: DBAPIError) -> bool:
+    """A concurrent claim won: duplicate primary key, or a deadlock/serialization failure between the two."""
+    if isinstance(exc, IntegrityError):
+        return True
+    orig = exc.orig
+    code = orig.args[0] if orig is not None and orig.args else None
+    return code in (1205, 1213) or getattr(orig, "sqlstate", None) in ("40001", "40P01")
 
 
 def ddl_key(ev: DDL) -> str:
@@ -115,11 +158,71 @@ class TableProgress:
 
 
 class ProgressStore:
-    """Reads and writes one pipeline's rows; every write happens on the caller's connection/transaction."""
+    """Reads and writes one pipeline's rows; every write happens on the caller's connection/transaction.
+
+    Writing needs a claim first (:meth:`claim`): an unclaimed store refuses to write rather than claiming
+    lazily, because a lazy claim would come after the progress was loaded, and a run that loaded before a
+    newer run committed would then write on top of progress it never saw."""
 
     def __init__(self, pipeline: str, protocol: str) -> None:
         self.pipeline = pipeline
         self.protocol = protocol
+        self.epoch: int | None = None  # the writer epoch this store claimed
+        self.holder = holder_name()
+
+    # ---- one writer per pipeline (invariant 13) --------------------------------------------------------
+    def claim(self, engine: Engine, *, attempts: int = 5) -> int:
+        """Become the pipeline's writer: raise its epoch in a transaction of its own and remember it.
+
+        Call it before :meth:`load`, so that the progress read afterwards is the last the previous writer
+        committed. Two first claims racing to insert the row: the loser's INSERT fails on the primary key once
+        the winner commits (or, on InnoDB, the two collide as a deadlock on the gap both UPDATEs locked), and
+        it retries, as an UPDATE of the row the winner committed, so the two end with distinct epochs."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with engine.begin() as conn:
+                    self.epoch = self._claim(conn)
+                return self.epoch
+            except DBAPIError as exc:
+                if attempt == attempts or not _lost_claim_race(exc):
+                    raise
+        raise AssertionError("attempts must be at least 1")
+
+    def _claim(self, conn: Connection) -> int:
+        ts = now()
+        mine = writers.c.pipeline == self.pipeline
+        vals = dict(holder=self.holder, claimed_at=ts, heartbeat_at=ts)
+        if conn.execute(update(writers).where(mine).values(epoch=writers.c.epoch + 1, **vals)).rowcount == 0:
+            conn.execute(insert(writers).values(pipeline=self.pipeline, epoch=1, **vals))
+        return int(conn.execute(select(writers.c.epoch).where(mine)).scalar_one())
+
+    def check_writer(self, conn: Connection) -> None:
+        """Inside the caller's transaction, before it commits: raise :class:`WriterFenced` unless the epoch
+        this store claimed is still the pipeline's. The update's row lock holds off a concurrent claim until
+        the caller's transaction ends."""
+        if self.epoch is None:
+            raise NotClaimed(
+                f"pipeline {self.pipeline!r}: ProgressStore.claim(engine) must run before the first write "
+                "(and before load), so that one writer per pipeline holds (invariant 13)")
+        res = conn.execute(update(writers)
+                           .where(writers.c.pipeline == self.pipeline, writers.c.epoch == self.epoch)
+                           .values(heartbeat_at=now()))
+        if res.rowcount == 0:
+            raise WriterFenced(self._fenced_message(conn))
+
+    def _fenced_message(self, conn: Connection) -> str:
+        # a locking read: it sees the claim that fenced us even where the transaction's snapshot predates it
+        row = conn.execute(select(writers).where(writers.c.pipeline == self.pipeline)
+                           .with_for_update(read=True)).mappings().first()
+        if row is None:
+            who = "its row in applier_writers is gone (deleted by hand?)"
+        else:
+            at = row["claimed_at"].isoformat() + "Z" if row["claimed_at"] is not None else "an unknown time"
+            who = f"writer epoch {row['epoch']} was claimed by {row['holder']} at {at}"
+        return (f"pipeline {self.pipeline!r}: this run ({self.holder}) held writer epoch {self.epoch}, but {who}. "
+                "This run stopped without applying its batch (its transaction was rolled back, so nothing was "
+                "written after the takeover). Run one applier per pipeline.name: stop the other one or give this "
+                "one another pipeline.name")
 
     def load(self, conn: Connection) -> PipelineState:
         st = PipelineState()
@@ -144,7 +247,9 @@ class ProgressStore:
         table_progress: Mapping[tuple[str, str], TableProgress],
         batches: int = 0,
     ) -> None:
-        """Record progress in the caller's transaction (the one that wrote the data)."""
+        """Record progress in the caller's transaction (the one that wrote the data), after checking that this
+        run is still the pipeline's writer (every data transaction calls this or :meth:`ddl_record`)."""
+        self.check_writer(conn)
         ts = now()
         rows_total = sum(t.rows for t in table_progress.values())
         upd = conn.execute(
@@ -180,6 +285,9 @@ class ProgressStore:
 
     def ddl_record(self, conn: Connection, ev: DDL, key: str, *, state: str, statements: list[str],
                    detail: str = "") -> None:
+        """Record a DDL's state in the caller's transaction, after checking that this run is still the
+        pipeline's writer (the MySQL "started" marker commits alone, before the DDL runs)."""
+        self.check_writer(conn)
         ts = now()
         vals: dict[str, Any] = dict(state=state, statements=";\n".join(statements), detail=detail)
         if state != "started":

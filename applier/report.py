@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.engine import Engine
 
 from applier import progress as p
@@ -62,8 +62,9 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "") -> dict[str,
         for r in conn.execute(select(p.ddl_history.c.state).where(p.ddl_history.c.pipeline == pipeline)):
             ddl_counts[r[0]] = ddl_counts.get(r[0], 0) + 1
         quarantined = len(conn.execute(select(p.quarantine.c.id).where(p.quarantine.c.pipeline == pipeline)).all())
+        writer = _writer(conn, pipeline)
     if pl is None:
-        return {"pipeline": pipeline, "exists": False, "consistency": consistency}
+        return {"pipeline": pipeline, "exists": False, "consistency": consistency, "writer": writer}
     resolved = min((int(r["resolved_ts"]) for r in parts), default=0)
     return {
         "pipeline": pipeline,
@@ -79,6 +80,7 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "") -> dict[str,
         "updated_at": pl["updated_at"].isoformat() + "Z",
         "ddl": ddl_counts,
         "quarantined_messages": quarantined,
+        "writer": writer,
         "partitions": [
             {"topic": r["topic"], "partition": int(r["kafka_partition"]), "restart_offset": int(r["restart_offset"]),
              "next_offset": int(r["next_offset"]), "resolved_ts": int(r["resolved_ts"])}
@@ -92,15 +94,40 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "") -> dict[str,
     }
 
 
+def _writer(conn: Any, pipeline: str) -> dict[str, Any] | None:
+    """The run that holds the pipeline (invariant 13), or None (never claimed, or tables before revision 0006:
+    status must not need a migration)."""
+    if not inspect(conn).has_table(p.writers.name):
+        return None
+    row = conn.execute(select(p.writers).where(p.writers.c.pipeline == pipeline)).mappings().first()
+    if row is None:
+        return None
+    return {"epoch": int(row["epoch"]), "holder": row["holder"], "claimed_at": _utc(row["claimed_at"]),
+            "heartbeat_at": _utc(row["heartbeat_at"])}
+
+
+def _utc(t: Any) -> str | None:
+    return None if t is None else t.isoformat() + "Z"
+
+
+def _writer_line(w: dict[str, Any] | None) -> str:
+    if not w:
+        return "  writer: none claimed yet"
+    return (f"  writer: epoch {w['epoch']}, {w['holder']}, claimed {w['claimed_at']}, "
+            f"last transaction {w['heartbeat_at']}")
+
+
 def format_status(st: dict[str, Any]) -> str:
     if not st.get("exists"):
-        return f"pipeline {st['pipeline']}: no progress recorded yet (it has never applied a batch)"
+        return (f"pipeline {st['pipeline']}: no progress recorded yet (it has never applied a batch)\n"
+                + _writer_line(st.get("writer")))
     lines = [
         f"pipeline {st['pipeline']} ({st['protocol']}, {st['consistency']})",
         f"  applied resolved ts  {st['applied_ts']}  (lag {st['applied_lag_seconds']} s)",
         f"  global resolved ts   {st['global_resolved_ts']}  (lag {st['global_resolved_lag_seconds']} s)",
         f"  batches {st['batches']}, rows applied {st['rows_applied']}, DDL {st['ddl'] or {}}, "
         f"quarantined {st['quarantined_messages']}, updated {st['updated_at']}",
+        _writer_line(st.get("writer")),
         "  partitions:",
     ]
     for r in st["partitions"]:

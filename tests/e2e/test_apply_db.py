@@ -54,6 +54,7 @@ class Feed:
 def processor(engine, name: str, route, **kw) -> BatchProcessor:
     migrate.upgrade(engine)
     store = ProgressStore(name, "open")
+    store.claim(engine)
     with engine.connect() as c:
         state = store.load(c)
     return BatchProcessor(engine=engine, decoder=get_decoder("open"), route=route, store=store, state=state,
@@ -150,10 +151,12 @@ def test_mysql_ddl_interrupted_after_running_completes_on_replay(urls, unique, d
     ev = DDL("up", "d", 100, "ALTER TABLE `d` ADD COLUMN `extra` INT", POS)
     try:
         migrate.upgrade(engine)
+        crashed = ProgressStore(name, "open")
+        crashed.claim(engine)
         with engine.begin() as c:
             c.execute(text(f"CREATE DATABASE `{schema}`"))
             c.execute(text(f"CREATE TABLE `{schema}`.`d` (`id` INT PRIMARY KEY, `extra` INT)"))  # ran before the crash
-            ProgressStore(name, "open").ddl_record(c, ev, P.ddl_key(ev), state="started", statements=[])
+            crashed.ddl_record(c, ev, P.ddl_key(ev), state="started", statements=[])
         proc = processor(engine, name, lambda s, t: (schema, t))
         proc.process(Feed().msgs(ev, Resolved(200, POS)))
         with engine.connect() as c:
@@ -196,6 +199,7 @@ def test_ungated_replay_of_a_unique_key_swap_applies_in_replace_mode(target, uni
             for i, ev in enumerate(stream)]
     migrate.upgrade(engine)
     store = ProgressStore(f"ug-{unique}", "canal-json")
+    store.claim(engine)
     with engine.connect() as c:
         state = store.load(c)
     proc = BatchProcessor(engine=engine, decoder=get_decoder("canal-json", require_tidb_extension=False),

@@ -17,32 +17,11 @@ from sqlalchemy import create_engine, select
 from applier import progress as P
 from applier.verify import compare_tables
 from applier.workload import generate, produce
-from tests.e2e.conftest import config, target_url
+from tests.e2e.conftest import config, target_url, write_toml
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def to_toml(cfg: dict) -> str:
-    def val(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return str(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(val(x) for x in v) + "]"
-        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
-    out = []
-    for section, body in cfg.items():
-        if isinstance(body, list):
-            for item in body:
-                out.append(f"[[{section}]]")
-                out += [f"{k} = {val(v)}" for k, v in item.items()]
-        else:
-            out.append(f"[{section}]")
-            out += [f"{k} = {val(v)}" for k, v in body.items()]
-    return "\n".join(out) + "\n"
 
 
 def batches_done(engine, name: str) -> int:
@@ -70,7 +49,7 @@ def test_sigkill_mid_stream_then_restart_converges(urls, unique, drop_schema, tm
     cfg = config(urls, target, protocol, topic, schema, ckpt, max_offsets_per_trigger=25)
     cfg["pipeline"]["trigger_interval"] = "100 ms"
     cfg_path = tmp_path / "applier.toml"
-    cfg_path.write_text(to_toml(cfg))
+    write_toml(cfg_path, cfg)
     name = cfg["pipeline"]["name"]
     engine = create_engine(target_url(urls, target))
     log = tmp_path / "run.log"

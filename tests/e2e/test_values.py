@@ -290,6 +290,7 @@ def create_table(kind: str, engine, schema: str, table: str, ddl: str) -> list[s
 
 def run(feed: Feed, engine, schema: str, name: str, events) -> None:
     store = ProgressStore(name, feed.protocol)
+    store.claim(engine)
     with engine.connect() as c:
         state = store.load(c)
     proc = BatchProcessor(engine=engine, decoder=feed.decoder(), route=lambda s, t: (schema, t), store=store,
