@@ -1,6 +1,7 @@
 """``applier``: run / status / migrate / validate / demo.
 
-Exit codes: 0 done; 2 configuration error (the message names the key); 3 undecodable message (names topic,
+Exit codes: 0 done; 2 configuration error (the message names the key) or a missing prerequisite such as Java
+(the message names the command that installs it); 3 undecodable message (names topic,
 partition, offset); 4 a change or DDL the target refused (names the table and position); 5 the target database is unreachable or refused the
 connection; 6 fenced: another run claimed the same pipeline.name (invariant 13; names its host, pid and when),
 this one stopped without writing; 1 anything else.
@@ -137,9 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from applier.codecs.registry import RegistryError
     from applier.progress import WriterFenced
+    from applier.session import SetupError
     from applier.sinks import ApplyError
     try:
         return args.fn(args)
+    except SetupError as exc:
+        print(f"setup error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except WriterFenced as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return EXIT_FENCED

@@ -14,16 +14,19 @@ looks secret (password, secret, jaas, token, credential, key) or that came from 
 
 Relative paths (``pipeline.checkpoint_dir``, ``pipeline.spill_dir``) resolve against the folder of the
 configuration file (for :func:`parse_config`, against ``base_dir`` or the working directory).
-``checkpoint_dir`` may also be a URI (``hdfs://``, ``s3a://``, ``file://``) that Spark understands; then
-``spill_dir`` must be given, because spilling needs a local directory.
+``checkpoint_dir`` may also be a URI (``hdfs://``, ``s3a://``, ``file://``) that Spark understands: it is handed
+to Spark unchanged. What must stay on the driver's local disk (the one-run-per-host lock file and the default spill
+folder) lives in ``local_dir``: the checkpoint folder itself when that is a local path or ``file://`` URI, else
+``$XDG_STATE_HOME/applier/<name>`` (``~/.local/state/applier/<name>``).
 
 Example (every key; see ``conf/*.toml``)::
 
     [pipeline]
     name = "shop-replica"                 # required; [A-Za-z0-9_.-]{1,64}; keys the progress rows
-    checkpoint_dir = "/var/lib/applier/shop-replica"   # required; Spark working state
+    checkpoint_dir = "/var/lib/applier/shop-replica"   # required; Spark working state (path or URI)
+    local_dir = ""                        # driver-local lock + spill; default: see above
     buffer_memory_mb = 512                # held-event budget before spilling to disk; >= 1
-    spill_dir = ""                        # default: <checkpoint_dir>/spill
+    spill_dir = ""                        # default: <local_dir>/spill
     on_decode_error = "stop"              # stop | quarantine
     trigger_interval = "1 second"         # "<n> ms|millisecond(s)|second(s)|minute(s)"
     max_offsets_per_trigger = 100000      # optional int >= 1
@@ -44,7 +47,8 @@ Example (every key; see ``conf/*.toml``)::
     schema = ""                           # default target schema for unrouted tables
 
     [spark]
-    master = "local[2]"
+    master = "local[2]"                   # local[N], spark://host:port[,host:port], yarn, k8s://...
+    startup_timeout_seconds = 120         # cluster masters: how long executors may take to appear
     [spark.conf]
 
     [[route]]
@@ -198,6 +202,7 @@ _SECTIONS = ("pipeline", "source", "target", "spark", "route")
 _PIPELINE_KEYS = (
     "name",
     "checkpoint_dir",
+    "local_dir",
     "buffer_memory_mb",
     "spill_dir",
     "on_decode_error",
@@ -207,8 +212,27 @@ _PIPELINE_KEYS = (
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka", "codec")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "schema")
-_SPARK_KEYS = ("master", "conf")
+_SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore")
+
+
+_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(text: str) -> bool:
+    """``scheme://...``: a location Spark/Hadoop resolves, as opposed to a local path."""
+    return _URI_RE.match(text) is not None
+
+
+def is_local_master(master: str) -> bool:
+    """``local``/``local[N]``/``local[N,F]``: driver and executors in one process on this host."""
+    return master == "local" or master.startswith("local[")
+
+
+def default_state_dir() -> Path:
+    """Where driver-local state of pipelines whose checkpoint is remote lives (XDG state home)."""
+    base = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return Path(base).expanduser().absolute() / "applier"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -301,9 +325,10 @@ class _RedactedRepr:
 @dataclass(frozen=True, repr=False)
 class PipelineSettings(_RedactedRepr):
     name: str
-    checkpoint_dir: str  # absolute local path, or a URI Spark understands
+    checkpoint_dir: str  # absolute local path, or a URI Spark understands (kept exactly as written)
     buffer_memory_mb: int = 512
     spill_dir: Path = Path()
+    local_dir: Path = Path()  # driver-local: the lock file and the default spill folder
     on_decode_error: str = "stop"  # stop | quarantine
     trigger_interval: str = "1 second"  # canonical Spark form: "<n> milliseconds|seconds|minutes"
     trigger_interval_ms: int = 1000
@@ -314,10 +339,17 @@ class PipelineSettings(_RedactedRepr):
     def buffer_memory_bytes(self) -> int:
         return self.buffer_memory_mb * 1024 * 1024
 
+    @property
+    def checkpoint_uri(self) -> str:
+        """Where Spark keeps the query's working state, as a URI: a local path becomes ``file://`` so it means
+        the driver's disk even on a cluster whose default file system is HDFS."""
+        return self.checkpoint_dir if is_uri(self.checkpoint_dir) else Path(self.checkpoint_dir).as_uri()
+
     def redacted(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "checkpoint_dir": self.checkpoint_dir,
+            "local_dir": str(self.local_dir),
             "buffer_memory_mb": self.buffer_memory_mb,
             "spill_dir": str(self.spill_dir),
             "on_decode_error": self.on_decode_error,
@@ -412,11 +444,17 @@ class TargetSettings(_RedactedRepr):
 @dataclass(frozen=True, repr=False)
 class SparkSettings(_RedactedRepr):
     master: str = "local[2]"
+    startup_timeout_seconds: int = 120
     conf: Mapping[str, str] = field(default_factory=FrozenMap)
     _conf_templates: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
 
     def redacted(self) -> dict[str, Any]:
-        return {"master": self.master, "conf": _redact_options(self.conf, self._conf_templates)}
+        return {"master": self.master, "startup_timeout_seconds": self.startup_timeout_seconds,
+                "conf": _redact_options(self.conf, self._conf_templates)}
+
+    @property
+    def is_local(self) -> bool:
+        return is_local_master(self.master)
 
 
 @dataclass(frozen=True, repr=False)
@@ -669,22 +707,33 @@ class _Parser:
         ckpt = self.get(d, p, "checkpoint_dir", str, hint='checkpoint_dir = "/var/lib/applier/<name>"')
         if not ckpt.strip():
             raise self.error("pipeline.checkpoint_dir", 'must not be empty; e.g. checkpoint_dir = "/var/lib/applier/<name>"')
-        is_uri = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", ckpt) is not None
-        checkpoint_dir = ckpt if is_uri else str(self.local_path(ckpt))
+        ckpt = ckpt.strip()
+        if is_uri(ckpt):
+            checkpoint_dir = ckpt  # Spark's business: never normalised (hdfs://nn:8020/x must stay so)
+            scheme, _, rest = ckpt.partition("://")
+            if scheme.lower() == "file" and not rest.startswith("/"):
+                raise self.error("pipeline.checkpoint_dir",
+                                 f"{ckpt!r} is not an absolute file URI; write file:///abs/path (three slashes)")
+            default_local = (Path(urllib.parse.unquote(rest)) if scheme.lower() == "file"
+                             else default_state_dir() / name)
+        else:
+            checkpoint_dir = str(self.local_path(ckpt))
+            default_local = Path(checkpoint_dir)
+        local = self.get(d, p, "local_dir", str, hint='local_dir = "/var/lib/applier/<name>"', default="")
+        if local.strip():
+            if is_uri(local):
+                raise self.error("pipeline.local_dir", "must be a local directory on the driver's host, not a URI")
+            local_dir = self.local_path(local)
+        else:
+            local_dir = default_local
         buffer_mb = self.positive_int(d, p, "buffer_memory_mb", 512, 512)
         spill = self.get(d, p, "spill_dir", str, hint='spill_dir = "/var/lib/applier/<name>/spill"', default="")
         if spill.strip():
-            if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", spill):
+            if is_uri(spill):
                 raise self.error("pipeline.spill_dir", "must be a local directory, not a URI")
             spill_dir = self.local_path(spill)
-        elif is_uri:
-            raise self.error(
-                "pipeline.spill_dir",
-                "required when checkpoint_dir is a URI: spilling needs a local directory "
-                '(e.g. spill_dir = "/var/lib/applier/<name>/spill")',
-            )
         else:
-            spill_dir = Path(checkpoint_dir) / "spill"
+            spill_dir = local_dir / "spill"
         on_decode_error = self.choice(d, p, "on_decode_error", ("stop", "quarantine"), "stop")
         interval_text = self.get(d, p, "trigger_interval", str, hint='trigger_interval = "1 second"', default="1 second")
         interval, interval_ms = self.duration("pipeline.trigger_interval", interval_text)
@@ -695,6 +744,7 @@ class _Parser:
             checkpoint_dir=checkpoint_dir,
             buffer_memory_mb=buffer_mb,
             spill_dir=spill_dir,
+            local_dir=local_dir,
             on_decode_error=on_decode_error,
             trigger_interval=interval,
             trigger_interval_ms=interval_ms,
@@ -906,10 +956,12 @@ class _Parser:
         master = self.get(d, p, "master", str, hint='master = "local[2]"', default="local[2]")
         if not master.strip():
             raise self.error("spark.master", 'must not be empty; e.g. master = "local[2]"')
+        timeout = self.positive_int(d, p, "startup_timeout_seconds", 120, 120)
         conf, templates = self.options(
             d.get("conf", {}), "spark.conf", OWNED_SPARK_KEYS, allow_float=True, prefix_hint=None
         )
-        return SparkSettings(master=master, conf=conf, _conf_templates=templates)
+        return SparkSettings(master=master.strip(), startup_timeout_seconds=timeout, conf=conf,
+                             _conf_templates=templates)
 
     def parse_routes(self, raw: Any) -> tuple[Rule, ...]:
         if isinstance(raw, dict):

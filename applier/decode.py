@@ -162,3 +162,44 @@ def _bad_record(part: Any, exc: DecodeError) -> KafkaMessage:
     slice (one Spark partition: one topic-partition); anything else is a bug and fails the task loudly."""
     i = part.column(2).to_pylist().index(exc.position.offset)
     return KafkaMessage(*(part.column(c)[i].as_py() for c in range(5)))
+
+
+# ---- which applier the workers run -------------------------------------------------------------------------
+
+def package_digest() -> str:
+    """A digest of the applier's own source files, the same whether the package is a folder or a zip that Spark
+    shipped (``importlib.resources`` reads both): on a cluster the driver compares it with what each executor
+    imported, because a worker with other decoding code would apply other values without any error."""
+    import hashlib
+    from importlib.resources import files
+
+    h = hashlib.sha256()
+
+    def walk(node: Any, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            name = f"{prefix}{child.name}"
+            if child.is_dir():
+                if child.name != "__pycache__":
+                    walk(child, name + "/")
+            elif child.name.endswith((".py", ".json")):
+                h.update(name.encode() + b"\0" + child.read_bytes() + b"\0")
+
+    walk(files("applier"), "")
+    return h.hexdigest()[:16]
+
+
+def worker_identity(spec: WorkerSpec | None, _index: int) -> tuple[str, int, str, str, str]:
+    """Run by the start-up check on the executors: builds the pipeline's decoder when the executors will decode
+    (so a missing dependency of the codec fails here, not in the first micro-batch) and says where this worker
+    runs and which applier it has."""
+    import os
+    import socket
+    import sys
+
+    import pyarrow  # noqa: F401  (mapInArrow needs it in every worker)
+
+    import applier
+
+    if spec is not None:
+        get_decoder(spec.protocol, **dict(spec.options))
+    return socket.gethostname(), os.getpid(), sys.executable, applier.__file__ or "?", package_digest()

@@ -14,7 +14,6 @@ import functools
 import gc
 import json
 import logging
-import os
 import shutil
 import sys
 import threading
@@ -34,6 +33,9 @@ from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
 from applier.progress import ProgressStore
 from applier.report import ProgressLine
+from applier.session import reset_checkpoint, spark_session
+
+__all__ = ["PipelineStopped", "RunResult", "make_engine", "run", "spark_session"]
 
 log = logging.getLogger("applier.pipeline")
 
@@ -118,45 +120,6 @@ def make_engine(settings: Settings) -> Engine:
     return create_engine(settings.target_url(), pool_pre_ping=True, pool_size=2, max_overflow=2)
 
 
-def spark_session(settings: Settings, app_name: str | None = None):
-    """A SparkSession with the Kafka source jars on the classpath (resolved from Maven Central, no Ivy)."""
-    from pyspark.sql import SparkSession
-
-    from applier.services.jars import spark_kafka_jars
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark's own traffic on loopback
-
-    builder = (
-        SparkSession.builder.appName(app_name or f"applier-{settings.pipeline.name}")
-        .master(settings.spark.master)
-        .config("spark.jars", ",".join(spark_kafka_jars()))
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-    )
-    if settings.spark.master.startswith("local"):
-        _local_workers_like_driver()
-        if "spark.pyspark.python" not in settings.spark.conf:
-            builder = builder.config("spark.pyspark.python", sys.executable)
-    for k, v in settings.spark.conf.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
-
-
-def _local_workers_like_driver() -> None:
-    """Local Spark's Python workers (they decode, applier.decode) inherit this environment: make them import
-    the same applier package as the driver, also when it runs from a source folder that is not installed."""
-    root = str(Path(__file__).resolve().parents[1])
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
-
-
 def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
     """Every partition of every subscribed topic, asked of Kafka through the JVM client Spark already has,
     with the same kafka.* settings the source uses."""
@@ -223,7 +186,8 @@ class _Lock:
             fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise PipelineStopped(
-                f"another applier run holds {self.path}: pipeline already running (pipeline.checkpoint_dir)"
+                f"another applier run on this host holds {self.path}: the pipeline is already running here "
+                "(pipeline.local_dir)"
             ) from None
         return self
 
@@ -235,31 +199,34 @@ class _Lock:
 def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progress: bool | None = None) -> RunResult:
     """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped."""
     engine = make_engine(settings)
-    migrate.upgrade(engine)
+    try:
+        migrate.upgrade(engine)
+        with _Lock(settings.pipeline.local_dir / "applier.lock"):
+            own_spark = spark is None
+            if own_spark:
+                spark = spark_session(settings)
+            try:
+                with bulk_gc():
+                    return _run(settings, spark, engine, until_caught_up, progress)
+            finally:
+                if own_spark:
+                    spark.stop()
+    finally:
+        engine.dispose()
+
+
+def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progress: bool | None) -> RunResult:
+    # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
+    # only a run that can work takes the pipeline over from another writer.
+    query_dir = reset_checkpoint(spark, settings)
+    parts = kafka_partitions(spark, settings)
     store = ProgressStore(settings.pipeline.name, settings.source.protocol)
     store.claim(engine)  # invariant 13: fence any older writer of this pipeline, then read what it committed
     with engine.connect() as conn:
         state = store.load(conn)
-    ckpt_root = Path(settings.pipeline.checkpoint_dir)
-    with _Lock(ckpt_root / "applier.lock"):
-        own_spark = spark is None
-        if own_spark:
-            spark = spark_session(settings)
-        try:
-            with bulk_gc():
-                return _run(settings, spark, engine, store, state, ckpt_root, until_caught_up, progress)
-        finally:
-            engine.dispose()
-            if own_spark:
-                spark.stop()
-
-
-def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state, ckpt_root: Path,
-         until_caught_up: bool, progress: bool | None) -> RunResult:
-    parts = kafka_partitions(spark, settings)
     restart = {tp: cp.restart_offset for tp, cp in state.checkpoints.items()}
     offsets = starting_offsets(parts, restart, settings.source.starting_offsets)
-    spill_dir = str(settings.pipeline.spill_dir) if str(settings.pipeline.spill_dir) not in ("", ".") else str(ckpt_root / "spill")
+    spill_dir = str(settings.pipeline.spill_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)  # spilled runs of a previous process are rebuilt from Kafka
     processor = BatchProcessor(
         engine=engine, decoder=settings.source.decoder(), route=settings.router().route,
@@ -267,8 +234,6 @@ def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state,
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
     )
-    query_dir = ckpt_root / "query"
-    shutil.rmtree(query_dir, ignore_errors=True)
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]
     query_box: list = []
@@ -306,7 +271,7 @@ def _run(settings: Settings, spark, engine: Engine, store: ProgressStore, state,
         reader = reader.option(k, v)
     reader = (reader.option("startingOffsets", offsets).option("failOnDataLoss", "true")
               .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger(settings))))
-    writer = reader.load().writeStream.foreachBatch(on_batch).option("checkpointLocation", str(query_dir))
+    writer = reader.load().writeStream.foreachBatch(on_batch).option("checkpointLocation", query_dir)
     writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(
         processingTime=settings.pipeline.trigger_interval)
     try:

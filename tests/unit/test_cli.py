@@ -42,3 +42,16 @@ def test_unreachable_target_is_reported_without_the_password(tmp_path, capsys) -
     assert main(["status", "-c", write(tmp_path, GOOD)]) == EXIT_TARGET
     err = capsys.readouterr().err
     assert "[target] url" in err and "Sup3rS3cret" not in err
+
+
+def test_missing_java_exits_2_naming_the_install_command(tmp_path, capsys, monkeypatch) -> None:
+    import applier.pipeline
+    from applier.session import java_binary
+
+    # the pipeline's first Spark step, without needing a target: the check it runs before starting the JVM
+    monkeypatch.setattr(applier.pipeline, "run", lambda *a, **k: java_binary())
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["run", "-c", write(tmp_path, GOOD)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith("setup error:") and "apt-get install -y openjdk-17-jre-headless" in err

@@ -674,14 +674,41 @@ def test_parse_config_relative_paths_use_base_dir(tmp_path):
     assert parse(data, base_dir=tmp_path).pipeline.checkpoint_dir == str(tmp_path / "ck")
 
 
-def test_checkpoint_uri_needs_local_spill_dir():
-    data = with_("pipeline.checkpoint_dir", "s3a://bucket/ck")
-    err = error_for(data)
-    assert err.key == "pipeline.spill_dir"
-    assert "URI" in err.message
-    s = parse(with_("pipeline.spill_dir", "/var/tmp/spill", data))
-    assert s.pipeline.checkpoint_dir == "s3a://bucket/ck"
+def test_checkpoint_uri_reaches_spark_unchanged_and_local_state_stays_local(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    for uri in ("hdfs://nn:8020/applier/ck", "s3a://bucket/ck", "hdfs://nn:8020/x/"):
+        s = parse(with_("pipeline.checkpoint_dir", uri))
+        assert s.pipeline.checkpoint_dir == uri  # never squashed to hdfs:/nn:8020/...
+        assert s.pipeline.checkpoint_uri == uri
+        assert s.pipeline.local_dir == tmp_path / "state" / "applier" / "shop-replica"
+        assert s.pipeline.spill_dir == s.pipeline.local_dir / "spill"
+    s = parse(with_("pipeline.spill_dir", "/var/tmp/spill", with_("pipeline.checkpoint_dir", "s3a://bucket/ck")))
     assert s.pipeline.spill_dir == Path("/var/tmp/spill")
+    s = parse(with_("pipeline.local_dir", "/var/lib/applier/local", with_("pipeline.checkpoint_dir", "s3a://b/ck")))
+    assert s.pipeline.local_dir == Path("/var/lib/applier/local")
+    assert s.pipeline.spill_dir == Path("/var/lib/applier/local/spill")
+
+
+def test_file_uri_and_path_checkpoints_are_driver_local():
+    s = parse(with_("pipeline.checkpoint_dir", "file:///var/lib/applier/ck"))
+    assert s.pipeline.checkpoint_uri == "file:///var/lib/applier/ck"
+    assert s.pipeline.local_dir == Path("/var/lib/applier/ck")
+    s = parse(with_("pipeline.checkpoint_dir", "/var/lib/applier/ck"))
+    assert s.pipeline.checkpoint_uri == "file:///var/lib/applier/ck"  # not the cluster's default file system
+    assert s.pipeline.local_dir == Path("/var/lib/applier/ck")
+    err = error_for(with_("pipeline.checkpoint_dir", "file://relative/ck"))
+    assert err.key == "pipeline.checkpoint_dir" and "file:///" in err.message
+    err = error_for(with_("pipeline.local_dir", "hdfs://nn/x"))
+    assert err.key == "pipeline.local_dir" and "local directory" in err.message
+
+
+def test_spark_master_kinds_and_startup_timeout():
+    assert parse(with_("spark.master", "local[2]")).spark.is_local
+    assert parse(with_("spark.master", "local")).spark.is_local
+    s = parse(with_("spark.master", "spark://10.0.0.1:7077"))
+    assert not s.spark.is_local and s.spark.startup_timeout_seconds == 120
+    assert parse(with_("spark.startup_timeout_seconds", 30)).spark.startup_timeout_seconds == 30
+    assert error_for(with_("spark.startup_timeout_seconds", 0)).key == "spark.startup_timeout_seconds"
 
 
 def test_load_config_missing_file(tmp_path):

@@ -1,0 +1,326 @@
+"""The Spark session a pipeline runs in, on this host (``local[N]``) or on a cluster, and the checks that make a
+bad environment stop the run before anything is applied.
+
+Local masters keep every Spark socket on loopback and run the Python workers with the driver's own interpreter
+and applier package. Any other master (``spark://``, ``yarn``, ``k8s://``) gets Spark's own defaults for the
+driver's address (or what ``[spark.conf]`` says), and the applier ships itself to the executors: a zip of the
+driver's package goes through ``spark.submit.pyFiles``, so executors decode with exactly the driver's code. The
+executors' Python still needs the applier's dependencies (pyarrow, orjson, fastavro, ...), which a start-up job
+checks on the executors themselves, naming what is missing and how to fix it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from applier.config import ConfigError, Settings, is_local_master
+from applier.decode import WorkerSpec, package_digest, worker_identity
+
+log = logging.getLogger("applier.session")
+
+JAVA_INSTALL = "apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME to a Java 17+ installation)"
+
+
+class SetupError(Exception):
+    """Something this host lacks (Java, ...): the message names the command that installs it."""
+
+
+def _config_error(settings: Settings, key: str, message: str) -> ConfigError:
+    return ConfigError(key, message, source=str(settings.source_path or "<config>"))
+
+
+# ---- prerequisites --------------------------------------------------------------------------------------------
+
+def java_binary() -> str:
+    """The ``java`` Spark will start (``$JAVA_HOME/bin/java``, else the one on PATH), checked to be 17 or newer:
+    without this pyspark dies with a Java gateway stack trace that names nothing to install."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no java on PATH"
+        raise SetupError(f"Spark needs Java 17 or newer ({where}): {JAVA_INSTALL}")
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SetupError(f"{java} -version failed ({exc}): {JAVA_INSTALL}") from None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    major = int(m.group(1)) if m else 0
+    if major == 1 and m and m.group(2):  # "1.8.0_x" is Java 8
+        major = int(m.group(2))
+    if major < 17:
+        raise SetupError(f"Spark 4 needs Java 17 or newer; {java} is Java {major or '?'}: {JAVA_INSTALL}")
+    return java
+
+
+def standalone_masters(master: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a ``spark://h1:p1[,h2:p2]`` master URL (several for a ZooKeeper-HA setup)."""
+    if not master.startswith("spark://"):
+        return []
+    out = []
+    for item in master[len("spark://"):].split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(item)
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def check_master_reachable(settings: Settings, master: str | None = None, timeout: float = 5.0) -> None:
+    """A standalone master nobody answers for makes Spark retry for a minute and then stop the context from a
+    background thread; asking the port first gives the operator the setting to fix at once."""
+    master = master or settings.spark.master
+    try:
+        hosts = standalone_masters(master)
+    except ValueError:
+        raise _config_error(settings, "spark.master",
+                            f"{master!r} is not a standalone master URL: write spark://HOST:PORT[,HOST:PORT]") from None
+    if not hosts:
+        return
+    errors = []
+    for host, port in hosts:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            errors.append(f"{host}:{port} ({exc.strerror or exc})")
+    raise _config_error(settings, "spark.master",
+                        f"no Spark master answers at {', '.join(errors)}: start the master "
+                        "(sbin/start-master.sh, or spark-class org.apache.spark.deploy.master.Master) or fix "
+                        "[spark] master")
+
+
+# ---- shipping the applier ---------------------------------------------------------------------------------------
+
+def package_zip(dest: Path, digest: str) -> Path:
+    """A zip of the driver's applier package for ``spark.submit.pyFiles``, named by its ``digest`` so a changed
+    package is never confused with an older zip."""
+    import applier
+
+    root = Path(applier.__file__).resolve().parent
+    out = dest / f"applier-{digest}.zip"
+    if out.exists():
+        return out
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp-{os.getpid()}")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(root.rglob("*")):
+            if "__pycache__" in path.parts or not path.is_file() or path.suffix not in (".py", ".json"):
+                continue
+            zf.write(path, Path("applier") / path.relative_to(root))
+    os.replace(tmp, out)
+    return out
+
+
+# ---- the session ---------------------------------------------------------------------------------------------------
+
+def submitted_master() -> str | None:
+    """The master spark-submit was given, when this process was started by spark-submit (it then owns the JVM,
+    and its ``--master``/``--conf`` decide over ``[spark] master``), else None."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, whose system properties hold its conf
+    return SparkConf().get("spark.master", None)
+
+
+def spark_session(settings: Settings, app_name: str | None = None):
+    """A SparkSession with the Kafka source jars on the classpath (resolved from Maven Central, no Ivy), checked
+    to have executors that can decode for this pipeline."""
+    java_binary()
+    submitted = submitted_master()
+    master = submitted or settings.spark.master
+    local = is_local_master(master)
+    if submitted and submitted != settings.spark.master:
+        log.warning("running under spark-submit: its --master %s is used, not [spark] master %s", submitted,
+                    settings.spark.master)
+    if not local:
+        check_master_reachable(settings, master)
+    from pyspark.sql import SparkSession
+
+    from applier.services.jars import spark_kafka_jars
+
+    python = workers_python(settings, master)
+    if python:
+        # pyspark takes the workers' interpreter from this variable only (spark.pyspark.python is read by
+        # spark-submit, not by a SparkContext built in Python): without it they run whatever "python3" is first
+        # on PATH, which lacks the applier's dependencies when the driver runs from a virtualenv.
+        os.environ["PYSPARK_PYTHON"] = python
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark's own traffic on loopback
+        _local_workers_like_driver()
+        shipped = None
+    else:
+        digest = package_digest()  # once: the code the executors get is compared with this, not with later edits
+        shipped = str(package_zip(settings.pipeline.local_dir / "ship", digest))
+    builder = SparkSession.builder.appName(app_name or f"applier-{settings.pipeline.name}")
+    if not submitted:
+        builder = builder.master(master)
+    for k, v in session_conf(settings, master, jars=spark_kafka_jars(), python=python, shipped=shipped).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not local:
+        try:
+            check_executors(spark, settings, master, digest)
+        except BaseException:
+            spark.stop()
+            raise
+    return spark
+
+
+def session_conf(settings: Settings, master: str, *, jars: list[str], python: str | None,
+                 shipped: str | None) -> dict[str, str]:
+    """Every Spark setting the session is built with: the applier's defaults, then ``[spark.conf]`` over them.
+
+    Only a local master is pinned to loopback: on a cluster the executors must reach the driver, so its address
+    is Spark's default (the host's name) unless ``[spark.conf]`` sets ``spark.driver.host``."""
+    conf = {
+        "spark.jars": ",".join(jars),
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if is_local_master(master):
+        conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if python:
+        conf["spark.pyspark.python"] = python
+    conf.update(settings.spark.conf)
+    if shipped:
+        conf["spark.submit.pyFiles"] = ",".join(p for p in (conf.get("spark.submit.pyFiles", ""), shipped) if p)
+    return conf
+
+
+def workers_python(settings: Settings, master: str) -> str | None:
+    """The Python the executors run: ``spark.pyspark.python`` in ``[spark.conf]``, else ``$PYSPARK_PYTHON``; on a
+    local master the driver's own interpreter (its virtualenv has the dependencies); on a cluster ``None``, which
+    leaves Spark's default (``python3`` on each node)."""
+    chosen = settings.spark.conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if chosen:
+        return chosen
+    return sys.executable if is_local_master(master) else None
+
+
+def _local_workers_like_driver() -> None:
+    """Local Spark's Python workers (they decode, applier.decode) inherit this environment: make them import
+    the same applier package as the driver, also when it runs from a source folder that is not installed."""
+    root = str(Path(__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+_PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def python_failure(text: str) -> str:
+    """The Python exception line inside a Spark task failure (a Java stack trace around a Python traceback)."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln), None)
+    for ln in lines[start or 0:]:
+        m = _PY_ERROR.match(ln)
+        if m and not m.group(1).startswith(("java.", "org.", "py4j.", "scala.")):
+            return f"{m.group(1)}: {m.group(2)}"[:400]
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    return first[:400]
+
+
+def check_executors(spark, settings: Settings, master: str, digest: str) -> list[tuple[str, int, str, str, str]]:
+    """Run one small job on the executors before the pipeline starts: they must exist within
+    ``spark.startup_timeout_seconds``, import the applier the driver shipped (its source ``digest``), and build
+    the pipeline's decoder.
+    Returns what each task reported (host, pid, python, applier file, package digest)."""
+    import functools
+
+    sc = spark.sparkContext
+    timeout = settings.spark.startup_timeout_seconds
+    spec = (WorkerSpec(settings.source.protocol, tuple(sorted(settings.source.codec.items())), True)
+            if settings.decodes_on_executors() else None)
+    tasks = max(2, sc.defaultParallelism)
+    box: dict[str, Any] = {}
+
+    def job() -> None:
+        try:
+            # a failing check is reported below in one line; Spark's per-attempt task warnings would repeat the
+            # executors' Python traceback four times above it
+            sc.setLogLevel("ERROR")
+            sc.setJobGroup("applier-startup-check", "applier: executors import the applier", True)
+            box["result"] = sc.parallelize(range(tasks), tasks).map(
+                functools.partial(worker_identity, spec)).collect()
+        except BaseException as exc:  # reported by the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=job, name="applier-executor-check", daemon=True)
+    t.start()
+    t.join(timeout)
+    sc.setLogLevel("WARN")
+    python = workers_python(settings, master) or "python3"
+    if t.is_alive():
+        sc.cancelJobGroup("applier-startup-check")
+        t.join(30)
+        raise _config_error(
+            settings, "spark.master",
+            f"no executor of {master} ran a task within {timeout} s "
+            "(spark.startup_timeout_seconds): check that workers are registered with the master and have the free "
+            "cores and memory that spark.executor.cores / spark.executor.memory ask for, and that the executors "
+            "can connect back to this driver (set spark.driver.host in [spark.conf] to an address they reach)")
+    if "error" in box:
+        reason = python_failure(str(box["error"]))
+        raise _config_error(
+            settings, "spark.conf",
+            f"the executors cannot run the applier's decoder: {reason}. Their Python ({python}; set "
+            "\"spark.pyspark.python\" in [spark.conf]) needs the applier's dependencies: install the same "
+            f"ticdc-applier {_version()} wheel into a virtualenv on every node (pip wheel --no-deps . builds it) "
+            "and point spark.pyspark.python at it; the applier's own code is shipped with the job")
+    result = box["result"]
+    other = sorted({f"{host} ({path})" for host, _, _, path, theirs in result if theirs != digest})
+    if other:
+        raise _config_error(
+            settings, "spark.conf",
+            f"executors on {', '.join(other)} import another applier than the driver's: remove that copy from "
+            "the executors' Python, or drop it from spark.submit.pyFiles, so the shipped one is used")
+    log.info("executors ready: %s", ", ".join(sorted({f"{h}:{p}" for h, p, *_ in result})))
+    return result
+
+
+def _version() -> str:
+    import applier
+
+    return applier.__version__
+
+
+# ---- the query's checkpoint --------------------------------------------------------------------------------------
+
+def reset_checkpoint(spark, settings: Settings) -> str:
+    """Clear the query's checkpoint (working state only; progress lives in the target) through Hadoop's file
+    system API, which is what Spark will write it with, and prove it writable; returns the query location.
+
+    The location is handed over as a URI, unchanged: ``hdfs://nn:8020/x`` must reach Hadoop as written."""
+    location = settings.pipeline.checkpoint_uri.rstrip("/") + "/query"
+    jvm = spark.sparkContext._jvm
+    try:
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        fs.delete(path, True)
+        probe = jvm.org.apache.hadoop.fs.Path(location + "/_applier_write_check")
+        fs.create(probe, True).close()
+        fs.delete(path, True)
+    except Exception as exc:
+        reason = str(exc).splitlines()
+        cause = next((ln.strip() for ln in reason if "Exception:" in ln or "Error:" in ln), reason[0] if reason else "")
+        raise _config_error(
+            settings, "pipeline.checkpoint_dir",
+            f"Spark cannot write the checkpoint at {location}: {cause[:400]}. Use a local path on the driver or a "
+            "URI whose file system is on Spark's classpath and writable (hdfs:// needs the namenode reachable; "
+            "s3a:// needs hadoop-aws in spark.jars and credentials)") from None
+    return location

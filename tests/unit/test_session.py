@@ -1,0 +1,134 @@
+"""The Spark session's settings and the start-up checks' pure parts (the live cluster is tests/e2e/test_cluster.py)."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from applier.config import ConfigError, parse_config
+from applier.decode import package_digest
+from applier.session import (
+    SetupError, check_master_reachable, java_binary, package_zip, python_failure, session_conf, standalone_masters,
+    workers_python,
+)
+
+
+def settings(master: str = "local[2]", conf: dict | None = None, **pipeline):
+    return parse_config({
+        "pipeline": {"name": "p", "checkpoint_dir": "/var/lib/applier/p", **pipeline},
+        "source": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["t"], "protocol": "canal-json"},
+        "target": {"url": "mysql+pymysql://u@127.0.0.1:3306/d"},
+        "spark": {"master": master, "conf": conf or {}},
+    })
+
+
+def test_loopback_is_forced_for_local_masters_only():
+    local = session_conf(settings("local[2]"), "local[2]", jars=["/j/a.jar"], python="/v/bin/python", shipped=None)
+    assert local["spark.driver.host"] == local["spark.driver.bindAddress"] == "127.0.0.1"
+    assert local["spark.jars"] == "/j/a.jar" and local["spark.pyspark.python"] == "/v/bin/python"
+    for master in ("spark://10.1.2.3:7077", "yarn", "k8s://https://api:6443"):
+        conf = session_conf(settings(master), master, jars=[], python=None, shipped="/s/applier.zip")
+        assert "spark.driver.host" not in conf and "spark.driver.bindAddress" not in conf, master
+        assert conf["spark.submit.pyFiles"] == "/s/applier.zip"
+
+
+def test_spark_conf_wins_and_py_files_are_merged():
+    s = settings("spark://h:7077", {"spark.driver.host": "10.0.0.5", "spark.submit.pyFiles": "hdfs:///libs/x.zip",
+                                    "spark.sql.shuffle.partitions": 64})
+    conf = session_conf(s, "spark://h:7077", jars=[], python=None, shipped="/s/applier.zip")
+    assert conf["spark.driver.host"] == "10.0.0.5"
+    assert conf["spark.sql.shuffle.partitions"] == "64"
+    assert conf["spark.submit.pyFiles"] == "hdfs:///libs/x.zip,/s/applier.zip"
+
+
+def test_workers_python(monkeypatch):
+    import sys
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert workers_python(settings("local[2]"), "local[2]") == sys.executable
+    assert workers_python(settings("spark://h:7077"), "spark://h:7077") is None  # Spark's default on the nodes
+    # under spark-submit the effective master decides, not [spark] master
+    assert workers_python(settings("local[2]"), "yarn") is None
+    s = settings("spark://h:7077", {"spark.pyspark.python": "/opt/py/bin/python"})
+    assert workers_python(s, "spark://h:7077") == "/opt/py/bin/python"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/env/python")
+    assert workers_python(settings("yarn"), "yarn") == "/env/python"
+
+
+def test_standalone_master_urls():
+    assert standalone_masters("spark://a:7077") == [("a", 7077)]
+    assert standalone_masters("spark://a:7077,b:7078") == [("a", 7077), ("b", 7078)]
+    assert standalone_masters("yarn") == []
+    with pytest.raises(ValueError):
+        standalone_masters("spark://a")
+
+
+def test_unreachable_master_names_the_setting():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        with pytest.raises(ConfigError) as err:
+            check_master_reachable(settings(f"spark://127.0.0.1:{port}"), timeout=2)
+    assert err.value.key == "spark.master" and f"127.0.0.1:{port}" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        check_master_reachable(settings("spark://nohostport"))
+    assert err.value.key == "spark.master"
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        check_master_reachable(settings(f"spark://127.0.0.1:{srv.getsockname()[1]}"))  # answers: no error
+
+
+def test_python_failure_finds_the_python_error_inside_a_java_trace():
+    text = ("An error occurred while calling o12.collectToPython.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: ...\n"
+            "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+            '  File "worker.py", line 1, in main\n'
+            "ModuleNotFoundError: No module named 'orjson'\n"
+            "\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(PythonRunner.scala:1)\n")
+    assert python_failure(text) == "ModuleNotFoundError: No module named 'orjson'"
+    assert python_failure("java.io.IOException: Cannot run program \"/x/python\": error=2") .startswith("java.io")
+
+
+def test_shipped_zip_holds_the_drivers_package(tmp_path):
+    import applier
+
+    z = package_zip(tmp_path, package_digest())
+    assert z.name == f"applier-{package_digest()}.zip"
+    with zipfile.ZipFile(z) as zf:
+        names = set(zf.namelist())
+    root = Path(applier.__file__).parent
+    expected = {f"applier/{p.relative_to(root)}" for p in root.rglob("*.py") if "__pycache__" not in p.parts}
+    assert expected <= names and "applier/decode.py" in names
+    assert not any("__pycache__" in n for n in names)
+    assert package_zip(tmp_path, package_digest()) == z  # reused, not rebuilt
+
+
+def test_digest_is_the_same_from_a_zip(tmp_path):
+    """Executors import the shipped zip; the digest they report must equal the driver's for the same code."""
+    import subprocess
+    import sys
+
+    z = package_zip(tmp_path, package_digest())
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import applier.decode as d; "
+                          "print(d.__file__); print(d.package_digest())", str(z)],
+                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
+    assert out[0].startswith(str(z)) and out[1] == package_digest()
+
+
+def test_missing_java_names_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SetupError) as err:
+        java_binary()
+    assert "apt-get install -y openjdk-17-jre-headless" in str(err.value)
+    old = tmp_path / "java"
+    old.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    old.chmod(old.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(SetupError) as err:
+        java_binary()
+    assert "Java 11" in str(err.value) and "openjdk-17" in str(err.value)
