@@ -620,6 +620,15 @@ class _Parser:
 
         return _ENV_REF_RE.sub(sub, value)
 
+    def local_dir_key(self, d: Mapping[str, Any], key: str, example: str) -> Path | None:
+        """An optional ``[pipeline]`` folder that must be on the driver's own disk (never a URI); None if unset."""
+        value = self.get(d, "pipeline", key, str, hint=f'{key} = "{example}"', default="")
+        if not value.strip():
+            return None
+        if is_uri(value):
+            raise self.error(f"pipeline.{key}", "must be a local directory on the driver's host, not a URI")
+        return self.local_path(value)
+
     def local_path(self, value: str) -> Path:
         path = Path(value).expanduser()
         if not path.is_absolute():
@@ -719,21 +728,9 @@ class _Parser:
         else:
             checkpoint_dir = str(self.local_path(ckpt))
             default_local = Path(checkpoint_dir)
-        local = self.get(d, p, "local_dir", str, hint='local_dir = "/var/lib/applier/<name>"', default="")
-        if local.strip():
-            if is_uri(local):
-                raise self.error("pipeline.local_dir", "must be a local directory on the driver's host, not a URI")
-            local_dir = self.local_path(local)
-        else:
-            local_dir = default_local
+        local_dir = self.local_dir_key(d, "local_dir", "/var/lib/applier/<name>") or default_local
         buffer_mb = self.positive_int(d, p, "buffer_memory_mb", 512, 512)
-        spill = self.get(d, p, "spill_dir", str, hint='spill_dir = "/var/lib/applier/<name>/spill"', default="")
-        if spill.strip():
-            if is_uri(spill):
-                raise self.error("pipeline.spill_dir", "must be a local directory, not a URI")
-            spill_dir = self.local_path(spill)
-        else:
-            spill_dir = local_dir / "spill"
+        spill_dir = self.local_dir_key(d, "spill_dir", "/var/lib/applier/<name>/spill") or local_dir / "spill"
         on_decode_error = self.choice(d, p, "on_decode_error", ("stop", "quarantine"), "stop")
         interval_text = self.get(d, p, "trigger_interval", str, hint='trigger_interval = "1 second"', default="1 second")
         interval, interval_ms = self.duration("pipeline.trigger_interval", interval_text)
