@@ -2,8 +2,8 @@
 
 Exit codes: 0 done; 2 configuration error (the message names the key) or a missing prerequisite such as Java
 (the message names the command that installs it); 3 undecodable message (names topic,
-partition, offset); 4 a change or DDL the target refused (names the table and position); 5 the target database is unreachable or refused the
-connection; 6 fenced: another run claimed the same pipeline.name (invariant 13; names its host, pid and when),
+partition, offset); 4 a change or DDL the target refused (names the table and position); 5 the target database or Kafka is unreachable or
+refused the connection (Kafka: the Java client's cause, e.g. an authentication failure); 6 fenced: another run claimed the same pipeline.name (invariant 13; names its host, pid and when),
 this one stopped without writing; 1 anything else.
 """
 
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from applier.events import DecodeError
-    from applier.pipeline import PipelineStopped
+    from applier.pipeline import PipelineStopped, SourceUnreachable
     from sqlalchemy.exc import DBAPIError
 
     from applier.codecs.registry import RegistryError
@@ -159,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApplyError as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return EXIT_APPLY
+    except SourceUnreachable as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return EXIT_TARGET
     except PipelineStopped as exc:
         fenced = _cause(exc, WriterFenced)
         print(f"stopped: {fenced or exc}", file=sys.stderr)

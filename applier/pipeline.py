@@ -110,6 +110,41 @@ class PipelineStopped(Exception):
     """The pipeline stopped on an error an operator must act on (the message says what and where)."""
 
 
+class SourceUnreachable(PipelineStopped):
+    """Kafka cannot be reached or refuses us (exit code 5, like an unreachable target)."""
+
+
+def java_cause(exc: BaseException) -> str:
+    """The innermost Java exception of a py4j error, as ``Class: message``: py4j's own text is only "An error
+    occurred while calling o46.listTopics", which names no cause."""
+    jexc = getattr(exc, "java_exception", None)
+    if jexc is None:
+        return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    seen = 0
+    while jexc.getCause() is not None and seen < 20:
+        jexc = jexc.getCause()
+        seen += 1
+    return str(jexc.toString())[:300]
+
+
+def check_brokers_reachable(settings: Settings, timeout: float = 5.0) -> None:
+    """Ask the bootstrap servers' ports before Spark starts: the Kafka client would retry silently until its
+    API timeout and then name no host."""
+    import socket
+
+    errors = []
+    for item in settings.source.bootstrap_servers.split(","):
+        host, _, port = item.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{item.strip()} ({getattr(exc, 'strerror', None) or exc})")
+    raise SourceUnreachable(
+        f"cannot connect to any Kafka bootstrap server: {', '.join(errors)}. Check source.bootstrap_servers and "
+        "that the brokers run and are reachable from this host")
+
+
 @dataclass
 class RunResult:
     batches: int
@@ -136,8 +171,8 @@ def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
         try:
             topics = consumer.listTopics()
         except Exception as exc:
-            reason = str(exc).splitlines()[0][:300]
-            raise PipelineStopped(
+            reason = java_cause(exc)
+            raise SourceUnreachable(
                 f"cannot list topics on {settings.source.bootstrap_servers} (config key source.bootstrap_servers, "
                 f"and [source.kafka] for security settings): {reason}"
             ) from None
@@ -198,6 +233,7 @@ class _Lock:
 
 def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progress: bool | None = None) -> RunResult:
     """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped."""
+    check_brokers_reachable(settings)
     engine = make_engine(settings)
     try:
         migrate.upgrade(engine)

@@ -55,3 +55,40 @@ def test_missing_java_exits_2_naming_the_install_command(tmp_path, capsys, monke
     assert main(["run", "-c", write(tmp_path, GOOD)]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert err.startswith("setup error:") and "apt-get install -y openjdk-17-jre-headless" in err
+
+
+def test_unreachable_kafka_exits_5_naming_the_servers_before_spark_starts(tmp_path, capsys) -> None:
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        port = s.getsockname()[1]
+        cfg = write(tmp_path, GOOD.replace("127.0.0.1:1\"\ntopics", f"127.0.0.1:{port}\"\ntopics"))
+        t0 = time.monotonic()
+        assert main(["run", "-c", cfg]) == EXIT_TARGET
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in err and "source.bootstrap_servers" in err and "refused" in err.lower()
+    assert "Sup3rS3cret" not in err and time.monotonic() - t0 < 15
+
+
+def test_java_cause_unwraps_to_the_innermost_exception() -> None:
+    from applier.pipeline import java_cause
+
+    class J:
+        def __init__(self, text, cause=None):
+            self.text, self.cause = text, cause
+
+        def getCause(self):
+            return self.cause
+
+        def toString(self):
+            return self.text
+
+    class Py4J(Exception):
+        java_exception = J("org.apache.kafka.common.KafkaException: failed",
+                           J("org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed"))
+
+    assert java_cause(Py4J("An error occurred while calling o46.listTopics.")) == \
+        "org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed"
+    assert java_cause(ValueError("plain\nmore")) == "plain"
