@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from sqlalchemy import (
-    BigInteger, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, Text, and_, insert, select,
+    BigInteger, Column, DateTime, Index, Integer, LargeBinary, MetaData, String, Table, Text, and_, insert, select,
     update,
 )
 from sqlalchemy.engine import Connection, Engine
@@ -95,6 +95,7 @@ quarantine = Table(
     Column("msg_key", LargeBinary(2**32 - 1), nullable=True),
     Column("msg_value", LargeBinary(2**32 - 1), nullable=True),
     Column("created_at", DateTime, nullable=False),
+    Index("uq_applier_quarantine_position", "pipeline", "topic", "kafka_partition", "kafka_offset", unique=True),
 )
 
 writers = Table(
@@ -299,6 +300,12 @@ class ProgressStore:
                 source_table=ev.table, query=ev.query, started_at=ts, **vals))
 
     def quarantine(self, conn: Connection, msg: KafkaMessage, reason: str) -> None:
+        """Keep an undecodable message once per Kafka position: a rerun that reads it again (its restart offset
+        lies before it) finds the row and adds nothing (a unique index backs this, migration 0008)."""
+        where = and_(quarantine.c.pipeline == self.pipeline, quarantine.c.topic == msg.topic,
+                     quarantine.c.kafka_partition == msg.partition, quarantine.c.kafka_offset == msg.offset)
+        if conn.execute(select(quarantine.c.id).where(where)).first() is not None:
+            return
         conn.execute(insert(quarantine).values(
             pipeline=self.pipeline, topic=msg.topic, kafka_partition=msg.partition, kafka_offset=msg.offset,
             reason=reason, msg_key=msg.key, msg_value=msg.value, created_at=now()))
