@@ -53,10 +53,14 @@ class ApplyStats:
 
 class Applier:
     def __init__(self, engine: Engine, sink: Sink, route: Route, store: ProgressStore, *,
-                 on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS, replace_mode: bool = False) -> None:
+                 on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS, replace_mode: bool = False,
+                 ddl_scope: Callable[[str, str], bool] | None = None) -> None:
         self.engine = engine
         self.sink = sink
         self.route = route
+        # names a DDL may touch beyond its message's own schema: those a [[route]] rule keeps on purpose
+        self.ddl_scope = ddl_scope or (lambda schema, table: False)
+        self._own_schema: str | None = None
         self.store = store
         self.on_unsupported_ddl = on_unsupported_ddl
         self.chunk_events = chunk_events
@@ -145,6 +149,7 @@ class Applier:
             return
         try:
             tr = translate(self.sink.ddl_dialect(conn), ev.query, schema=ev.schema, table=ev.table, route=self.route)
+            self._confine(ev, tr)
         except UnsupportedDDL as exc:
             if self.on_unsupported_ddl != "skip":
                 raise ApplyError(
@@ -177,6 +182,32 @@ class Applier:
         stats.ddls += 1
         stats.transactions += 1
         log.info("applied DDL at %s (commit ts %d): %s", ev.position, ev.commit_ts, "; ".join(tr.statements) or "(nothing to do downstream)")
+
+    def _confine(self, ev: DDL, tr: TranslatedDDL) -> None:
+        """Invariant 11: a DDL acts only on objects its routes give it. Where a statement acts is parsed from its
+        SQL text, which the message's header does not vouch for, so every upstream name it touches must be in
+        the header's schema or kept by a [[route]] rule (not merely by the default that keeps unmatched names),
+        and nothing may drop or alter the schema holding the applier's tables or touch those tables."""
+        def refuse(reason: str) -> None:
+            raise UnsupportedDDL(reason, query=ev.query, dialect=self.sink.dialect, kind=tr.kind)
+
+        header = ev.schema.casefold()
+        for schema, table in tr.sources:
+            if schema.casefold() != header and not self.ddl_scope(schema, table):
+                name = f"{schema}.{table}" if table else f"schema {schema}"
+                refuse(f"it acts on {name!r}, outside the message's own schema {ev.schema!r} and not routed by "
+                       "any [[route]] rule (a DDL may only reach names its routes give it)")
+        if self._own_schema is None:
+            with self.engine.connect() as other:  # conn is between transactions here: leave it so
+                self._own_schema = self.sink.own_schema(other)
+        own = self._own_schema.casefold()
+        for schema, table in tr.targets:
+            if schema.casefold() != own:
+                continue
+            if not table and tr.kind != "create_schema":
+                refuse(f"it would change {schema!r}, the schema that holds the applier's own tables")
+            if table.lower().startswith("applier_"):
+                refuse(f"it would touch {schema}.{table}, a name reserved for the applier's own tables")
 
     def _run_statements(self, conn: Connection, ev: DDL, tr: TranslatedDDL, *, replay: bool) -> None:
         if tr.kind in ("create_table", "rename_table", "create_view"):

@@ -264,8 +264,9 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
     offsets = starting_offsets(parts, restart, settings.source.starting_offsets)
     spill_dir = str(settings.pipeline.spill_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)  # spilled runs of a previous process are rebuilt from Kafka
+    router = settings.router()
     processor = BatchProcessor(
-        engine=engine, decoder=settings.source.decoder(), route=settings.router().route,
+        engine=engine, decoder=settings.source.decoder(), route=router.route, ddl_scope=router.routed_by_rule,
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,

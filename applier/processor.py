@@ -41,7 +41,7 @@ class BatchProcessor:
     def __init__(self, *, engine: Engine, decoder: Decoder, route, store: ProgressStore, state: PipelineState,
                  partitions: Iterable[tuple[str, int]], on_decode_error: str = "stop",
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
-                 on_unsupported_ddl: str = "stop") -> None:
+                 on_unsupported_ddl: str = "stop", ddl_scope=None) -> None:
         self.decoder = decoder
         self.route = route
         self.stop_at_error = on_decode_error != "quarantine"
@@ -57,7 +57,8 @@ class BatchProcessor:
         for tp, cp in state.checkpoints.items():
             self.gate.next_offsets[tp] = cp.restart_offset
         self.applier = Applier(engine, sink_for(engine, batch_rows), route, store,
-                               on_unsupported_ddl=on_unsupported_ddl, replace_mode=not self.gate.gated)
+                               on_unsupported_ddl=on_unsupported_ddl, replace_mode=not self.gate.gated,
+                               ddl_scope=ddl_scope)
         self.batches = 0
         self.totals = BatchReport()
         self._routed: dict[tuple[str, str], bool] = {}

@@ -450,6 +450,17 @@ class Router:
     def is_ignored(self, schema: str, table: str) -> bool:
         return self.route(schema, table) is None
 
+    def routed_by_rule(self, schema: str, table: str) -> bool:
+        """Whether a rule that keeps the name decides it, as opposed to the default that keeps every name no
+        rule matches: a DDL may reach beyond its own schema only into names the operator routed on purpose.
+        ``table == ""`` asks about the schema, as :meth:`route` does."""
+        if is_system_schema(schema):
+            return False
+        for rule in reversed(self._rules):
+            if rule.matches_schema(schema) if table == "" else rule.matches(schema, table):
+                return self._route(schema, table) is not None
+        return False
+
     def _route(self, schema: str, table: str) -> tuple[str, str] | None:
         if is_system_schema(schema):
             return None

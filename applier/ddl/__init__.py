@@ -49,6 +49,9 @@ class TranslatedDDL:
     statements: list[str]  # to run in order; empty = nothing to do downstream (e.g. ignored table)
     kind: str  # one of KINDS
     targets: list[tuple[str, str]] = field(default_factory=list)  # downstream (schema, table) pairs touched
+    # upstream (schema, table) names the statement touches, as parsed from its text ("" table: schema-level);
+    # the applier confines a DDL to these being in its routes (invariant 11)
+    sources: list[tuple[str, str]] = field(default_factory=list, compare=False)
 
 
 class UnsupportedDDL(Exception):
@@ -92,8 +95,8 @@ def translate(dialect: str, query: str, *, schema: str, table: str, route: Route
         ctx.fail(f"cannot parse the statement ({exc})")
     assert result.kind in KINDS, result.kind
     if not result.statements and result.targets:
-        result = TranslatedDDL([], result.kind, [])  # nothing runs, nothing is touched
-    return result
+        return TranslatedDDL([], result.kind, [])  # nothing runs, nothing is touched
+    return TranslatedDDL(result.statements, result.kind, result.targets, list(dict.fromkeys(ctx.touched)))
 
 
 def neutralise_tidb(query: str) -> str:
@@ -126,6 +129,7 @@ class Context:
     schema: str
     table: str
     route: Route
+    touched: list[tuple[str, str]] = field(default_factory=list)  # every upstream name routed (see sources)
 
     def fail(self, reason: str, kind: str = "other") -> NoReturn:
         raise UnsupportedDDL(reason, query=self.query, dialect=self.dialect, kind=kind)
@@ -142,6 +146,7 @@ class Context:
         return TableRef(self.schema, first.ident, first.start, first.end, False)
 
     def routed(self, schema: str, table: str) -> tuple[str, str] | None:
+        self.touched.append((schema, table))
         out = self.route(schema, table)
         if out is None:
             return None
@@ -152,6 +157,7 @@ class Context:
         return out
 
     def routed_schema(self, schema: str) -> str | None:
+        self.touched.append((schema, ""))
         out = self.route(schema, "")
         if out is None:
             return None

@@ -331,5 +331,10 @@ class Sink(abc.ABC):
         """True when re-running a DDL failed only because it had already taken effect."""
         return False
 
+    @abc.abstractmethod
+    def own_schema(self, conn: Connection) -> str:
+        """The schema (MySQL: database) that holds the applier's own tables: the connection's default one,
+        where the migrations created them. Replicated DDL may never drop or alter it."""
+
     def prepare_schema(self, conn: Connection, schema: str) -> None:
         """Make sure a target schema/database exists (used before a routed CREATE TABLE)."""

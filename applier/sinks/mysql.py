@@ -154,6 +154,9 @@ class MySQLSink(Sink):
             return exc.orig.args[0] in REPLAY_NOOP_ERRORS
         return False
 
+    def own_schema(self, conn: Connection) -> str:
+        return str(conn.exec_driver_sql("SELECT DATABASE()").scalar() or "")
+
     def prepare_schema(self, conn: Connection, schema: str) -> None:
         if schema:
             quoted = conn.dialect.identifier_preparer.quote_identifier(schema)

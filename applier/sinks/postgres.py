@@ -132,6 +132,9 @@ class PostgresSink(Sink):
             stmt = self._stmts[ck] = delete(t).where(and_(*(t.c[c] == stage.c[c] for c in cols)))
         conn.execute(stmt)
 
+    def own_schema(self, conn: Connection) -> str:
+        return str(conn.exec_driver_sql("SELECT current_schema()").scalar() or "")
+
     def prepare_schema(self, conn: Connection, schema: str) -> None:
         if schema:
             quoted = conn.dialect.identifier_preparer.quote_identifier(schema)

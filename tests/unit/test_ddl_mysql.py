@@ -501,3 +501,16 @@ def test_truncated_statements_never_crash(vectors):
                     translate(dialect, stmt[:t.end], schema=schema, table="", route=route)
                 except UnsupportedDDL:
                     pass
+
+
+def test_sources_name_every_upstream_object_the_text_touches():
+    from applier.ddl import translate
+
+    keep = lambda s, t: (s, t)  # noqa: E731
+    for dialect in ("mariadb", "postgresql"):
+        assert translate(dialect, "DROP DATABASE applier", schema="shop", table="", route=keep).sources == \
+            [("applier", "")]
+        assert translate(dialect, "RENAME TABLE shop.a TO other.b", schema="shop", table="b",
+                         route=keep).sources == [("shop", "a"), ("other", "b")]
+        assert translate(dialect, "TRUNCATE TABLE t", schema="shop", table="t", route=keep).sources == \
+            [("shop", "t")]

@@ -510,3 +510,11 @@ if given is not None:
         cached = Router(compiled)
         for schema, table in lookups + lookups:  # second pass hits the cache
             assert cached.route(schema, table) == Router(compiled).route(schema, table)
+
+
+def test_routed_by_rule_is_a_deliberate_keep_not_the_default():
+    r = Router([Rule(match="shop.*", schema="copy"), Rule(match="shop.secret", ignore=True)])
+    assert r.routed_by_rule("shop", "orders") and r.routed_by_rule("shop", "")
+    assert not r.routed_by_rule("shop", "secret")  # the deciding rule ignores it
+    assert r.route("other", "t") == ("other", "t") and not r.routed_by_rule("other", "t")  # kept by default only
+    assert not r.routed_by_rule("other", "") and not r.routed_by_rule("mysql", "user")
