@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from applier.events import DecodeError
-    from applier.pipeline import PipelineStopped, SourceUnreachable
+    from applier.pipeline import PipelineStopped, SourceUnreachable, TargetLost
     from sqlalchemy.exc import DBAPIError
 
     from applier.codecs.registry import RegistryError
@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApplyError as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return EXIT_APPLY
-    except SourceUnreachable as exc:
+    except (SourceUnreachable, TargetLost) as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return EXIT_TARGET
     except PipelineStopped as exc:
@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except DBAPIError as exc:
         reason = str(exc.orig if exc.orig is not None else exc).splitlines()[0][:500]
-        print(f"stopped: the target database failed: {reason}. Check [target] url (and password_env), that the "
+        print(f"stopped: cannot use the target database: {reason}. Check [target] url (and password_env), that the "
               "server is reachable and that the user may create tables; then rerun.", file=sys.stderr)
         return EXIT_TARGET
 

@@ -43,6 +43,7 @@ Example (every key; see ``conf/*.toml``)::
     url = "postgresql+psycopg://replica@127.0.0.1:5432/replica"   # required
     password_env = "REPLICA_PASSWORD"     # optional
     batch_rows = 5000
+    retry_seconds = 300                   # transient target faults are retried this long; 0: never
     on_unsupported_ddl = "stop"           # stop | skip
     schema = ""                           # default target schema for unrouted tables
 
@@ -211,7 +212,7 @@ _PIPELINE_KEYS = (
     "decode_on",
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka", "codec")
-_TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "schema")
+_TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "schema", "retry_seconds")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore")
 
@@ -412,6 +413,7 @@ class TargetSettings(_RedactedRepr):
     batch_rows: int = 5000
     on_unsupported_ddl: str = "stop"  # stop | skip
     schema: str = ""
+    retry_seconds: int = 300  # how long transient target faults are retried (0: never)
 
     def sqlalchemy_url(self) -> URL:
         """The effective URL, password resolved (``str()`` of a SQLAlchemy URL masks it; use
@@ -438,6 +440,7 @@ class TargetSettings(_RedactedRepr):
             "batch_rows": self.batch_rows,
             "on_unsupported_ddl": self.on_unsupported_ddl,
             "schema": self.schema,
+            "retry_seconds": self.retry_seconds,
         }
 
 
@@ -926,6 +929,9 @@ class _Parser:
             url = url.set(password=password)
         batch_rows = self.positive_int(d, p, "batch_rows", 5000, 5000)
         on_ddl = self.choice(d, p, "on_unsupported_ddl", ("stop", "skip"), "stop")
+        retry = self.get(d, p, "retry_seconds", int, hint="retry_seconds = 300", default=300)
+        if retry < 0:
+            raise self.error("target.retry_seconds", f"must be >= 0 (0: never retry), got {retry}")
         schema = self.get(d, p, "schema", str, hint='schema = "replica" (or leave it out)', default="")
         if len(schema) > MAX_NAME_LENGTH:
             raise self.error("target.schema", f"longer than {MAX_NAME_LENGTH} characters")
@@ -937,6 +943,7 @@ class _Parser:
             batch_rows=batch_rows,
             on_unsupported_ddl=on_ddl,
             schema=schema,
+            retry_seconds=retry,
         )
 
     def note_literal_password(self, text: str) -> None:

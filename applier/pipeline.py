@@ -114,6 +114,10 @@ class SourceUnreachable(PipelineStopped):
     """Kafka cannot be reached or refuses us (exit code 5, like an unreachable target)."""
 
 
+class TargetLost(PipelineStopped):
+    """The target failed while running and did not come back within ``target.retry_seconds`` (exit code 5)."""
+
+
 def java_cause(exc: BaseException) -> str:
     """The innermost Java exception of a py4j error, as ``Class: message``: py4j's own text is only "An error
     occurred while calling o46.listTopics", which names no cause."""
@@ -243,7 +247,7 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
                 spark = spark_session(settings)
             try:
                 with bulk_gc():
-                    return _run(settings, spark, engine, until_caught_up, progress)
+                    return _run_retrying(settings, spark, engine, until_caught_up, progress)
             finally:
                 if own_spark:
                     spark.stop()
@@ -251,7 +255,56 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
         engine.dispose()
 
 
-def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progress: bool | None) -> RunResult:
+def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bool,
+                  progress: bool | None) -> RunResult:
+    """Invariant 14: a transient target fault (lost connection, restart, deadlock, lock-wait timeout) is not a
+    failure. The failed transaction rolled back with its progress, so the run starts over from the progress
+    tables (a new query, the same Spark session) -- the crash-recovery path, which replays exactly the
+    transactions that did not commit -- with exponential backoff, for ``target.retry_seconds`` counted from the
+    first failure after the last batch that applied."""
+    from tenacity import Retrying, retry_if_exception, wait_exponential
+
+    from applier.sinks import is_transient
+
+    budget = settings.target.retry_seconds
+    mark: dict[str, float | None] = {"applied": time.monotonic(), "outage": None}
+
+    def out_of_time(state) -> bool:
+        now = time.monotonic()
+        if mark["outage"] is None or mark["applied"] > mark["outage"]:  # a batch applied since: a new outage
+            mark["outage"] = now
+        return now - mark["outage"] >= budget
+
+    def note(state) -> None:
+        reason = _db_reason(state.outcome.exception())
+        log.warning("the target failed while running (%s); starting over from the progress tables in %.1f s "
+                    "(target.retry_seconds = %d)", reason, state.next_action.sleep, budget)
+
+    retrying = Retrying(retry=retry_if_exception(is_transient), stop=out_of_time, reraise=True, before_sleep=note,
+                        wait=wait_exponential(multiplier=0.5, min=0.5, max=15))
+    try:
+        for attempt in retrying:
+            with attempt:
+                return _run(settings, spark, engine, until_caught_up, progress, mark)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        raise TargetLost(
+            f"lost the target database while running and it did not come back within target.retry_seconds = "
+            f"{budget}: {_db_reason(exc)}. Everything committed is consistent (progress commits with the data); "
+            "rerun once the database answers") from exc
+    raise AssertionError("unreachable")
+
+
+def _db_reason(exc: BaseException | None) -> str:
+    while exc is not None and getattr(exc, "orig", None) is None and (exc.__cause__ or exc.__context__):
+        exc = exc.__cause__ or exc.__context__
+    orig = getattr(exc, "orig", None) or exc
+    return f"{type(orig).__name__}: {orig}".splitlines()[0][:300]
+
+
+def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progress: bool | None,
+         mark: dict[str, float | None]) -> RunResult:
     # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
     # only a run that can work takes the pipeline over from another writer.
     query_dir = reset_checkpoint(spark, settings)
@@ -287,6 +340,7 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
             processor.gate.add_partitions(kafka_partitions(spark, settings))
             last_refresh[0] = time.monotonic()
         rep = processor.process_chunks(payload) if on_executors else processor.process(payload)
+        mark["applied"] = time.monotonic()
         line.update(rep, processor.totals)
         log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
                  rep.applied.rows, rep.applied.ddls, rep.applied_ts, rep.held)

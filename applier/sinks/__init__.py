@@ -7,6 +7,32 @@ from sqlalchemy.engine import Engine
 from applier.sinks.base import ApplyError, BatchPlan, Sink, TableMeta, plan_batch
 
 
+def is_transient(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is a target fault that passes: a lost connection, a
+    server restart, a deadlock or lock-wait timeout. Such a fault replays the whole target transaction."""
+    from sqlalchemy.exc import DBAPIError
+
+    from applier.sinks.mysql import TRANSIENT_ERRORS
+    from applier.sinks.postgres import TRANSIENT_SQLSTATE_CLASSES, TRANSIENT_SQLSTATES
+
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, DBAPIError):
+            if exc.connection_invalidated:
+                return True
+            orig = exc.orig
+            sqlstate = getattr(orig, "sqlstate", None)
+            if sqlstate is not None:
+                return sqlstate in TRANSIENT_SQLSTATES or sqlstate.startswith(TRANSIENT_SQLSTATE_CLASSES)
+            if type(orig).__module__.startswith("psycopg") and type(orig).__name__ == "OperationalError":
+                return True  # no SQLSTATE: the connection itself failed
+            code = orig.args[0] if orig is not None and orig.args else None
+            return code in TRANSIENT_ERRORS
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def sink_for(engine: Engine, batch_rows: int = 5000) -> Sink:
     name = engine.dialect.name
     if name in ("mysql", "mariadb"):
@@ -18,4 +44,4 @@ def sink_for(engine: Engine, batch_rows: int = 5000) -> Sink:
     raise ValueError(f"unsupported target dialect {name!r}: use mysql+pymysql, mariadb+pymysql or postgresql+psycopg")
 
 
-__all__ = ["ApplyError", "BatchPlan", "Sink", "TableMeta", "plan_batch", "sink_for"]
+__all__ = ["ApplyError", "BatchPlan", "Sink", "TableMeta", "is_transient", "plan_batch", "sink_for"]

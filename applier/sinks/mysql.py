@@ -41,6 +41,20 @@ from sqlalchemy.exc import DBAPIError
 from applier.codecs.types import format_time
 from applier.sinks.base import Sink, TableMeta, build_meta, missing_table
 
+# MySQL/MariaDB error codes of faults that pass: the whole target transaction is replayed (invariant 14).
+TRANSIENT_ERRORS = {
+    1040,  # too many connections
+    1053,  # server shutdown in progress
+    1205,  # lock wait timeout
+    1213,  # deadlock
+    1927,  # connection was killed (MariaDB)
+    2003,  # can't connect (the server is restarting)
+    2006,  # server has gone away
+    2013,  # lost connection during query
+    2055,  # lost connection
+    4031,  # disconnected by the server
+}
+
 # MySQL/MariaDB error codes that, when a DDL is re-run after a crash, mean it already happened.
 REPLAY_NOOP_ERRORS = {
     1007,  # database exists

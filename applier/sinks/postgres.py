@@ -46,6 +46,10 @@ from decimal import Decimal
 from typing import Any, Callable, Sequence
 
 from sqlalchemy import Column, MetaData, Table, and_, delete, select, text
+
+# SQLSTATEs (and classes) of PostgreSQL faults that pass: the whole target transaction is replayed (invariant 14).
+TRANSIENT_SQLSTATES = {"40001", "40P01", "53300", "55P03", "57P01", "57P02", "57P03"}
+TRANSIENT_SQLSTATE_CLASSES = ("08",)  # connection exceptions
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import NullType
