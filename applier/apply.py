@@ -32,7 +32,7 @@ from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.sinks import ApplyError, Sink, plan_batch
-from applier.sinks.base import VERBATIM
+from applier.sinks.base import VERBATIM, shown
 
 log = logging.getLogger("applier.apply")
 
@@ -123,7 +123,14 @@ class Applier:
             target = self.route(schema, table)
             if target is None:
                 continue
-            meta = self.sink.table(conn, *target)
+            try:
+                meta = self.sink.table(conn, *target)
+            except Exception as exc:  # a missing table, or a name the catalog query refuses (NUL on PostgreSQL)
+                first, last = changes[0].position, changes[-1].position
+                what = str(exc) if isinstance(exc, ApplyError) else (
+                    f"reading target table {shown(*target)} failed: {_db_reason(exc)}")
+                raise ApplyError(f"{what} (upstream table {shown(schema, table)}, events from {first} to {last})"
+                                 ) from exc
             plan = plan_batch(meta, changes, replace=self.replace_mode)
             try:
                 self.sink.write(conn, plan)
@@ -132,7 +139,7 @@ class Applier:
             except Exception as exc:
                 first, last = changes[0].position, changes[-1].position
                 raise ApplyError(
-                    f"writing {len(changes)} change(s) of upstream table {schema}.{table} into {meta.display} "
+                    f"writing {len(changes)} change(s) of upstream table {shown(schema, table)} into {meta.display} "
                     f"failed (events from {first} to {last}): {_db_reason(exc)}"
                 ) from exc
             tp = progress.setdefault((schema, table), TableProgress(*target))

@@ -51,12 +51,18 @@ class TableMeta:
 
     @property
     def display(self) -> str:
-        return f"{self.schema}.{self.name}" if self.schema else self.name
+        return shown(self.schema, self.name)
+
+
+def shown(*parts: str | None) -> str:
+    """A dotted name as an operator can read and paste it: names come from upstream, and a control character
+    (a NUL from a hostile message) is escaped instead of reaching the terminal or log as is."""
+    return ".".join(p if p.isprintable() else p.encode("unicode_escape").decode("ascii") for p in parts if p)
 
 
 def missing_table(schema: str | None, name: str) -> ApplyError:
     return ApplyError(
-        f"target table {schema + '.' if schema else ''}{name} does not exist: replicate its CREATE TABLE "
+        f"target table {shown(schema, name)} does not exist: replicate its CREATE TABLE "
         "(start the changefeed before the table is created) or create it in the target before the applier "
         "reaches its rows"
     )

@@ -87,3 +87,18 @@ def test_skip_records_the_refusal_and_routed_ddl_still_applies(target, unique) -
     assert "not routed by any [[route]] rule" in hist[0][2]
     assert [tuple(r) for r in rows] == [(1, "a")]
     assert len(_applier_tables(engine, own)) >= 7
+
+
+def test_a_row_for_a_missing_table_names_its_position_and_escapes_the_name(target, unique) -> None:
+    """Apply errors carry the Kafka position, and a hostile name (a NUL) is shown escaped, never raw."""
+    kind, engine, schema, own = target
+    router = _router(schema)
+    proc = processor(engine, f"cf-missing-{unique}", router.route, ddl_scope=router.routed_by_rule)
+    cols = (Column("id", "int", nullable=False, key=True),)
+    f = Feed()
+    f.offset = 41
+    with pytest.raises(ApplyError) as err:
+        proc.process(f.msgs(RowChange("shop", "ta\x00ble", 120, Op.INSERT, None, {"id": 1}, cols, POS),
+                            Resolved(200, POS)))
+    msg = str(err.value)
+    assert "topic=t partition=0 offset=41" in msg and "ta\\x00ble" in msg and "\x00" not in msg, msg
