@@ -203,3 +203,83 @@ def worker_identity(spec: WorkerSpec | None, _index: int) -> tuple[str, int, str
     if spec is not None:
         get_decoder(spec.protocol, **dict(spec.options))
     return socket.gethostname(), os.getpid(), sys.executable, applier.__file__ or "?", package_digest()
+
+
+# ---- containing a decoder that crashes its process -----------------------------------------------------------
+
+WORKER_CRASH_MARKERS = ("Python worker exited unexpectedly", "crashed")
+
+
+def worker_crashed(exc: BaseException) -> bool:
+    """Whether a Spark job failed because a Python worker process died (a native fault while decoding), as
+    opposed to an error the decoder raised."""
+    text = str(exc)
+    return WORKER_CRASH_MARKERS[0] in text or ("Python worker" in text and WORKER_CRASH_MARKERS[1] in text)
+
+
+def decode_isolated(spec: WorkerSpec, messages: list[KafkaMessage]) -> list[bytes]:
+    """Decode ``messages`` in child processes and return chunks as the workers would, with every message whose
+    decoding kills the process turned into a DecodeError naming its position.
+
+    Why: one message that crashes the decoder (a segfault in a native library) would otherwise fail every retry
+    of its micro-batch, with no position, for good. The batch is decoded whole in a child; if the child dies, each
+    half is tried, down to the single messages that kill it. Order is kept (left half first), so the chunks
+    concatenate to the batch's order. Costs about two child starts per halving, only after a crash."""
+    chunks: list[bytes] = []
+
+    def solve(part: list[KafkaMessage]) -> None:
+        if not part:
+            return
+        out, how = _decode_in_child(spec, part)
+        if out is not None:
+            chunks.append(out)
+            return
+        if len(part) == 1:
+            msg = part[0]
+            err = DecodeError(msg.position, f"decoding this message killed the decoder process ({how}); it was found "
+                              "by decoding the micro-batch again in child processes", protocol=spec.protocol)
+            chunks.append(encode_chunk(Decoded(messages=1, errors=[(msg, err)])))
+            return
+        mid = len(part) // 2
+        solve(part[:mid])
+        solve(part[mid:])
+
+    solve(list(messages))
+    return chunks
+
+
+def _decode_in_child(spec: WorkerSpec, messages: list[KafkaMessage]) -> tuple[bytes | None, str]:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    payload = pickle.dumps((spec, messages), protocol=5)
+    proc = subprocess.run([sys.executable, "-c", "from applier.decode import _child_main; _child_main()"],
+                          input=payload, capture_output=True, env=os.environ.copy())
+    if proc.returncode == 0 and proc.stdout:
+        return proc.stdout, ""
+    if proc.returncode < 0:
+        try:
+            how = f"signal {signal.Signals(-proc.returncode).name}"
+        except ValueError:
+            how = f"signal {-proc.returncode}"
+    else:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()
+        how = f"exit {proc.returncode}" + (f": {tail[-1][:200]}" if tail else "")
+    return None, how
+
+
+def _child_main() -> None:
+    """The child of :func:`decode_isolated`: (spec, records) pickled on stdin, one chunk on stdout."""
+    import sys
+
+    spec, msgs = pickle.loads(sys.stdin.buffer.read())
+    decoder = get_decoder(spec.protocol, **dict(spec.options))
+    try:
+        d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error)
+    except DecodeError as exc:
+        bad = next(m for m in msgs if m.partition == exc.position.partition and m.offset == exc.position.offset)
+        d = Decoded(errors=[(bad, exc)])
+    sys.stdout.buffer.write(encode_chunk(d))
+    sys.stdout.flush()

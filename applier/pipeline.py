@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 
 from applier import migrate
 from applier.config import Settings
-from applier.decode import CHUNK_SCHEMA, WorkerSpec, decode_arrow_batches
+from applier.decode import CHUNK_SCHEMA, WorkerSpec, decode_arrow_batches, decode_isolated, worker_crashed
 from applier.events import KafkaMessage
 from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
@@ -354,7 +354,17 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
 
     def on_batch(df, batch_id: int) -> None:
         handoff.raise_if_failed()
-        payload = read_chunks(df, spec) if on_executors else read_messages(df)
+        if on_executors:
+            try:
+                payload = read_chunks(df, spec)
+            except Exception as exc:
+                if not worker_crashed(exc):
+                    raise
+                log.error("batch %d: a Spark Python worker died decoding it; decoding it again in child processes "
+                          "to find the message that kills the decoder", batch_id)
+                payload = decode_isolated(spec, read_messages(df))
+        else:
+            payload = read_messages(df)
         handoff.submit((batch_id, payload))  # waits for the previous batch, raises its error
 
     reader = spark.readStream.format("kafka")

@@ -1,0 +1,23 @@
+"""Test fixture, loaded only by processes whose PYTHONPATH names this folder: stands in for a native fault in the
+JSON library. Any JSON document containing the marker kills the process with SIGSEGV, as orjson 3.9 did on deep
+nesting, so the tests can check that such a message is contained (named or quarantined), whatever the cause."""
+
+import os
+import signal
+
+MARKER = b"APPLIER-TEST-SEGFAULT"
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None
+
+if orjson is not None:
+    _real_loads = orjson.loads
+
+    def _loads(data, *args, **kwargs):
+        if MARKER in bytes(data):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return _real_loads(data, *args, **kwargs)
+
+    orjson.loads = _loads

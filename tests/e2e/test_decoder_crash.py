@@ -1,0 +1,60 @@
+"""One message that kills the decoder process (a native fault) cannot stop the applier for good: Spark's Python
+worker dies on it, the micro-batch is decoded again in child processes, and the message is named (exit 3 with its
+position) or quarantined while everything else applies (issue 10). The fault is injected by a sitecustomize on the
+PYTHONPATH of the applier's processes (tests/crashing_decoder)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, select
+
+from applier import progress as P
+from applier.verify import compare_tables
+from applier.workload import generate, produce
+from tests.e2e.conftest import config, write_toml
+from tests.e2e.test_crash import REPO
+
+pytestmark = pytest.mark.e2e
+
+CRASHING = Path(__file__).resolve().parents[1] / "crashing_decoder"
+
+
+def _run(cfg: dict, path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(CRASHING), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "applier.cli", "run", "-c", str(write_toml(path, cfg)),
+                           "--until-caught-up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=420,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_a_message_that_kills_the_decoder_is_named_or_quarantined(urls, unique, drop_schema, tmp_path) -> None:
+    topic = f"e2e-segv-{unique}"
+    schema = f"shop_{unique}"
+    drop_schema(("mariadb", schema))
+    wl = generate("canal-json", partitions=1, txns=30, seed=3, replays=0)
+    msgs = list(wl.messages)
+    msgs.insert(5, (0, None, b'{"database": "shop", "note": "APPLIER-TEST-SEGFAULT"}'))
+    produce(urls.kafka, topic, msgs, partitions=1)
+    cfg = config(urls, "mariadb", "canal-json", topic, schema, tmp_path / "ckpt", decode_on="executors")
+
+    res = _run(cfg, tmp_path / "stop.toml")
+    assert res.returncode == 3, res.stderr[-4000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert f"topic={topic}" in last and "offset=5" in last and "killed the decoder process" in last, last
+
+    cfg["pipeline"]["on_decode_error"] = "quarantine"
+    res = _run(cfg, tmp_path / "quarantine.toml")
+    assert res.returncode == 0, res.stderr[-4000:]
+    engine = create_engine(urls.mariadb_url)
+    try:
+        assert compare_tables(engine, schema, wl.expected) == []
+        with engine.connect() as c:
+            q = c.execute(select(P.quarantine.c.kafka_offset, P.quarantine.c.reason)
+                          .where(P.quarantine.c.pipeline == cfg["pipeline"]["name"])).all()
+        assert [o for o, _ in q] == [5] and "SIGSEGV" in q[0][1]
+    finally:
+        engine.dispose()
