@@ -208,6 +208,12 @@ class Applier:
             with self.engine.connect() as other:  # conn is between transactions here: leave it so
                 self._own_schema = self.sink.own_schema(other)
         own = self._own_schema.casefold()
+        if tr.kind == "drop_schema" and self.sink.drop_schema_cascades:
+            with self.engine.connect() as other:
+                for schema, _ in tr.targets:
+                    if not self.store.created_schema(other, schema):
+                        refuse(f"it would drop schema {schema!r} with everything in it (DROP SCHEMA ... CASCADE), "
+                               "and the applier did not create that schema: drop it by hand if that is intended")
         for schema, table in tr.targets:
             if schema.casefold() != own:
                 continue
@@ -217,11 +223,17 @@ class Applier:
                 refuse(f"it would touch {schema}.{table}, a name reserved for the applier's own tables")
 
     def _run_statements(self, conn: Connection, ev: DDL, tr: TranslatedDDL, *, replay: bool) -> None:
-        if tr.kind in ("create_table", "rename_table", "create_view"):
+        if tr.kind in ("create_table", "rename_table", "create_view", "create_schema"):
             for schema in dict.fromkeys(s for s, _ in tr.targets):
+                fresh = not self.sink.schema_exists(conn, schema)
                 self._exec(conn, ev, lambda: self.sink.prepare_schema(conn, schema), replay, "create schema")
+                if fresh:  # only schemas the applier made may later be dropped with what is in them
+                    self.store.schema_created(conn, schema)
         for stmt in tr.statements:
             self._exec(conn, ev, lambda: conn.exec_driver_sql(stmt, execution_options=VERBATIM), replay, stmt)
+        if tr.kind == "drop_schema":
+            for schema, _ in tr.targets:
+                self.store.schema_dropped(conn, schema)
 
     def _exec(self, conn: Connection, ev: DDL, fn: Callable[[], object], replay: bool, what: str) -> None:
         try:

@@ -98,6 +98,13 @@ quarantine = Table(
     Index("uq_applier_quarantine_position", "pipeline", "topic", "kafka_partition", "kafka_offset", unique=True),
 )
 
+schemas = Table(
+    "applier_schemas", metadata,
+    Column("schema_name", String(64), primary_key=True),
+    Column("pipeline", String(64), nullable=False),  # the pipeline whose DDL created it
+    Column("created_at", DateTime, nullable=False),
+)
+
 writers = Table(
     "applier_writers", metadata,
     Column("pipeline", String(64), primary_key=True),
@@ -298,6 +305,17 @@ class ProgressStore:
             conn.execute(insert(ddl_history).values(
                 pipeline=self.pipeline, ddl_key=key, commit_ts=ev.commit_ts, source_schema=ev.schema,
                 source_table=ev.table, query=ev.query, started_at=ts, **vals))
+
+    # ---- target schemas the applier created (a DROP SCHEMA ... CASCADE is only for those) ----------------
+    def schema_created(self, conn: Connection, schema: str) -> None:
+        if conn.execute(select(schemas.c.schema_name).where(schemas.c.schema_name == schema)).first() is None:
+            conn.execute(insert(schemas).values(schema_name=schema, pipeline=self.pipeline, created_at=now()))
+
+    def created_schema(self, conn: Connection, schema: str) -> bool:
+        return conn.execute(select(schemas.c.schema_name).where(schemas.c.schema_name == schema)).first() is not None
+
+    def schema_dropped(self, conn: Connection, schema: str) -> None:
+        conn.execute(schemas.delete().where(schemas.c.schema_name == schema))
 
     def quarantine(self, conn: Connection, msg: KafkaMessage, reason: str) -> None:
         """Keep an undecodable message once per Kafka position: a rerun that reads it again (its restart offset

@@ -342,5 +342,13 @@ class Sink(abc.ABC):
         """The schema (MySQL: database) that holds the applier's own tables: the connection's default one,
         where the migrations created them. Replicated DDL may never drop or alter it."""
 
+    @abc.abstractmethod
+    def schema_exists(self, conn: Connection, schema: str) -> bool:
+        """Whether the target has this schema (MySQL: database)."""
+
+    #: Whether dropping a schema drops what is in it (PostgreSQL's DROP SCHEMA ... CASCADE): such a DDL only
+    #: runs for schemas the applier created.
+    drop_schema_cascades = False
+
     def prepare_schema(self, conn: Connection, schema: str) -> None:
         """Make sure a target schema/database exists (used before a routed CREATE TABLE)."""

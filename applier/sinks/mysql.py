@@ -171,6 +171,10 @@ class MySQLSink(Sink):
     def own_schema(self, conn: Connection) -> str:
         return str(conn.exec_driver_sql("SELECT DATABASE()").scalar() or "")
 
+    def schema_exists(self, conn: Connection, schema: str) -> bool:
+        return conn.execute(text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"),
+                            {"s": schema}).first() is not None
+
     def prepare_schema(self, conn: Connection, schema: str) -> None:
         if schema:
             quoted = conn.dialect.identifier_preparer.quote_identifier(schema)

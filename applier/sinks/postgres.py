@@ -136,8 +136,13 @@ class PostgresSink(Sink):
             stmt = self._stmts[ck] = delete(t).where(and_(*(t.c[c] == stage.c[c] for c in cols)))
         conn.execute(stmt)
 
+    drop_schema_cascades = True
+
     def own_schema(self, conn: Connection) -> str:
         return str(conn.exec_driver_sql("SELECT current_schema()").scalar() or "")
+
+    def schema_exists(self, conn: Connection, schema: str) -> bool:
+        return conn.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}).first() is not None
 
     def prepare_schema(self, conn: Connection, schema: str) -> None:
         if schema:

@@ -102,3 +102,36 @@ def test_a_row_for_a_missing_table_names_its_position_and_escapes_the_name(targe
                             Resolved(200, POS)))
     msg = str(err.value)
     assert "topic=t partition=0 offset=41" in msg and "ta\\x00ble" in msg and "\x00" not in msg, msg
+
+
+def test_postgres_drops_with_cascade_only_schemas_the_applier_created(urls, unique, drop_schema) -> None:
+    """DROP DATABASE reaches PostgreSQL as DROP SCHEMA ... CASCADE: refused for a schema someone else made (its
+    objects would go with it), applied for one the applier created from the stream."""
+    engine = create_engine(urls.pg_url)
+    theirs, ours = f"theirs_{unique}", f"ours_{unique}"
+    drop_schema(("postgres", theirs))
+    drop_schema(("postgres", ours))
+    try:
+        with engine.begin() as c:
+            c.execute(text(f'CREATE SCHEMA "{theirs}"'))
+            c.execute(text(f'CREATE TABLE "{theirs}".keep (id int primary key)'))
+        router = Router([Rule(match="*.*")])
+        name = f"cf-cascade-{unique}"
+        proc = processor(engine, name, router.route, ddl_scope=router.routed_by_rule, on_unsupported_ddl="skip")
+        f = Feed()
+        proc.process(f.msgs(
+            DDL(theirs, "", 100, f"DROP DATABASE {theirs}", POS),
+            DDL(ours, "", 110, f"CREATE DATABASE {ours}", POS),
+            DDL(ours, "t", 120, "CREATE TABLE `t` (`id` INT PRIMARY KEY)", POS),
+            DDL(ours, "", 130, f"DROP DATABASE {ours}", POS),
+            Resolved(200, POS)))
+        names = set(inspect(engine).get_schema_names())
+        assert theirs in names and "keep" in inspect(engine).get_table_names(schema=theirs)
+        assert ours not in names
+        with engine.connect() as c:
+            hist = dict(c.execute(select(P.ddl_history.c.query, P.ddl_history.c.state)
+                                  .where(P.ddl_history.c.pipeline == name)).all())
+            assert c.execute(select(P.schemas.c.schema_name).where(P.schemas.c.schema_name == ours)).first() is None
+        assert hist[f"DROP DATABASE {theirs}"] == "skipped" and hist[f"DROP DATABASE {ours}"] == "done"
+    finally:
+        engine.dispose()
