@@ -31,7 +31,7 @@ from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import ProgressStore, TableProgress, ddl_key
-from applier.sinks import ApplyError, Sink, plan_batch
+from applier.sinks import ApplyError, Sink, db_reason, plan_batch
 from applier.sinks.base import VERBATIM, shown
 
 log = logging.getLogger("applier.apply")
@@ -128,7 +128,7 @@ class Applier:
             except Exception as exc:  # a missing table, or a name the catalog query refuses (NUL on PostgreSQL)
                 first, last = changes[0].position, changes[-1].position
                 what = str(exc) if isinstance(exc, ApplyError) else (
-                    f"reading target table {shown(*target)} failed: {_db_reason(exc)}")
+                    f"reading target table {shown(*target)} failed: {db_reason(exc)}")
                 raise ApplyError(f"{what} (upstream table {shown(schema, table)}, events from {first} to {last})"
                                  ) from exc
             plan = plan_batch(meta, changes, replace=self.replace_mode)
@@ -140,7 +140,7 @@ class Applier:
                 first, last = changes[0].position, changes[-1].position
                 raise ApplyError(
                     f"writing {len(changes)} change(s) of upstream table {shown(schema, table)} into {meta.display} "
-                    f"failed (events from {first} to {last}): {_db_reason(exc)}"
+                    f"failed (events from {first} to {last}): {db_reason(exc)}"
                 ) from exc
             tp = progress.setdefault((schema, table), TableProgress(*target))
             tp.rows += len(changes)
@@ -240,12 +240,12 @@ class Applier:
             fn()
         except Exception as exc:
             if replay and self.sink.is_replay_noop_error(exc):
-                log.info("DDL at %s had already taken effect before a restart (%s)", ev.position, _db_reason(exc))
+                log.info("DDL at %s had already taken effect before a restart (%s)", ev.position, db_reason(exc))
                 if conn.in_transaction():
                     conn.rollback()
                 return
             raise ApplyError(
-                f"DDL at {ev.position} (commit ts {ev.commit_ts}) failed on the target: {_db_reason(exc)}; "
+                f"DDL at {ev.position} (commit ts {ev.commit_ts}) failed on the target: {db_reason(exc)}; "
                 f"statement: {what[:500]}. Fix the target so the statement can run (or apply it by hand and set "
                 "[target] on_unsupported_ddl = \"skip\"), then restart"
             ) from exc
@@ -264,11 +264,3 @@ class Applier:
         t.transactions += s.transactions
         for k, v in s.tables.items():
             t.tables[k] = t.tables.get(k, 0) + v
-
-
-def _db_reason(exc: BaseException) -> str:
-    """The database's own message without the SQL text and parameters (which may carry row data)."""
-    orig = getattr(exc, "orig", None)
-    if orig is not None:
-        return f"{type(orig).__name__}: {orig}".splitlines()[0][:500]
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]

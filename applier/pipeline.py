@@ -264,7 +264,7 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
     first failure after the last batch that applied."""
     from tenacity import Retrying, retry_if_exception, wait_exponential
 
-    from applier.sinks import is_transient
+    from applier.sinks import db_reason, is_transient
 
     budget = settings.target.retry_seconds
     mark: dict[str, float | None] = {"applied": time.monotonic(), "outage": None}
@@ -276,7 +276,7 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
         return now - mark["outage"] >= budget
 
     def note(state) -> None:
-        reason = _db_reason(state.outcome.exception())
+        reason = db_reason(state.outcome.exception())
         log.warning("the target failed while running (%s); starting over from the progress tables in %.1f s "
                     "(target.retry_seconds = %d)", reason, state.next_action.sleep, budget)
 
@@ -291,16 +291,9 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
             raise
         raise TargetLost(
             f"lost the target database while running and it did not come back within target.retry_seconds = "
-            f"{budget}: {_db_reason(exc)}. Everything committed is consistent (progress commits with the data); "
+            f"{budget}: {db_reason(exc)}. Everything committed is consistent (progress commits with the data); "
             "rerun once the database answers") from exc
     raise AssertionError("unreachable")
-
-
-def _db_reason(exc: BaseException | None) -> str:
-    while exc is not None and getattr(exc, "orig", None) is None and (exc.__cause__ or exc.__context__):
-        exc = exc.__cause__ or exc.__context__
-    orig = getattr(exc, "orig", None) or exc
-    return f"{type(orig).__name__}: {orig}".splitlines()[0][:300]
 
 
 def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progress: bool | None,

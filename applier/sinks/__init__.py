@@ -33,6 +33,19 @@ def is_transient(exc: BaseException | None) -> bool:
     return False
 
 
+def db_reason(exc: BaseException) -> str:
+    """The database's own message without the SQL text and parameters (which may carry row data): from the first
+    driver error in ``exc``'s cause chain, else ``exc`` itself."""
+    cur: BaseException | None = exc
+    for _ in range(20):
+        if cur is None or getattr(cur, "orig", None) is not None:
+            break
+        cur = cur.__cause__ or cur.__context__
+    shown = getattr(cur, "orig", None) if cur is not None else None
+    shown = shown if shown is not None else exc
+    return f"{type(shown).__name__}: {shown}".splitlines()[0][:500]
+
+
 def sink_for(engine: Engine, batch_rows: int = 5000) -> Sink:
     name = engine.dialect.name
     if name in ("mysql", "mariadb"):
@@ -44,4 +57,4 @@ def sink_for(engine: Engine, batch_rows: int = 5000) -> Sink:
     raise ValueError(f"unsupported target dialect {name!r}: use mysql+pymysql, mariadb+pymysql or postgresql+psycopg")
 
 
-__all__ = ["ApplyError", "BatchPlan", "Sink", "TableMeta", "is_transient", "plan_batch", "sink_for"]
+__all__ = ["ApplyError", "BatchPlan", "Sink", "TableMeta", "db_reason", "is_transient", "plan_batch", "sink_for"]

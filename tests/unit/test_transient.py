@@ -44,3 +44,18 @@ def test_wrapped_and_invalidated():
     assert is_transient(wrap(Exception(0, ""), invalidated=True))
     assert not is_transient(ValueError("not a database error"))
     assert not is_transient(ApplyError("refused"))
+
+
+def test_db_reason_is_the_drivers_message_without_sql_or_parameters():
+    from applier.sinks import db_reason
+
+    err = OperationalError("INSERT INTO t VALUES (%s)", {"secret": "row data"}, Exception(2013, "Lost connection"))
+    assert db_reason(err) == "Exception: (2013, 'Lost connection')"
+    try:
+        try:
+            raise err
+        except OperationalError as exc:
+            raise ApplyError("writing failed") from exc
+    except ApplyError as outer:
+        assert db_reason(outer) == "Exception: (2013, 'Lost connection')" and "row data" not in db_reason(outer)
+    assert db_reason(ApplyError("refused\nsecond line")) == "ApplyError: refused"
