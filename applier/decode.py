@@ -207,14 +207,11 @@ def worker_identity(spec: WorkerSpec | None, _index: int) -> tuple[str, int, str
 
 # ---- containing a decoder that crashes its process -----------------------------------------------------------
 
-WORKER_CRASH_MARKERS = ("Python worker exited unexpectedly", "crashed")
-
-
 def worker_crashed(exc: BaseException) -> bool:
     """Whether a Spark job failed because a Python worker process died (a native fault while decoding), as
     opposed to an error the decoder raised."""
     text = str(exc)
-    return WORKER_CRASH_MARKERS[0] in text or ("Python worker" in text and WORKER_CRASH_MARKERS[1] in text)
+    return "Python worker exited unexpectedly" in text or ("Python worker" in text and "crashed" in text)
 
 
 def decode_isolated(spec: WorkerSpec, messages: list[KafkaMessage]) -> list[bytes]:
