@@ -99,6 +99,16 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
     return None
 
 
+def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
+    from applier.crashguard import DecodingMarker, supervise
+    try:
+        settings = _load(args.config)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return supervise(argv, DecodingMarker(settings.pipeline.local_dir))
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="applier", description="Apply TiCDC change streams from Kafka to MySQL, "
                                  "MariaDB or PostgreSQL, exactly once.")
@@ -127,7 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. ``applier run`` from a shell (``argv`` None) runs the pipeline in a supervised child
+    process (applier.crashguard: a decoder that kills the process is found and contained); called from Python
+    with an ``argv`` list, or as spark-submit's driver (its cluster manager restarts drivers), everything runs
+    in this process."""
     args = build_parser().parse_args(argv)
+    if args.cmd == "run":
+        import os
+
+        from applier.crashguard import CHILD_ENV, as_supervised_child
+        if os.environ.get(CHILD_ENV) == "1":
+            as_supervised_child()
+        elif argv is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+            return _supervise(args, sys.argv[1:])
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):

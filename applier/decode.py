@@ -19,8 +19,8 @@ record, so the driver applies ``pipeline.on_decode_error`` exactly as if it had 
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Iterator
 
 from applier.blocks import BlockCodec
 from applier.codecs import Decoder, get_decoder
@@ -214,35 +214,58 @@ def worker_crashed(exc: BaseException) -> bool:
     return "Python worker exited unexpectedly" in text or ("Python worker" in text and "crashed" in text)
 
 
+KILLED = "killed the decoder process"  # in every reason of such a message (crash positions are found by it)
+
+
+def killed_reason(how: str) -> str:
+    return (f"decoding this message {KILLED} ({how}); it was found by decoding the micro-batch again in child "
+            "processes")
+
+
 def decode_isolated(spec: WorkerSpec, messages: list[KafkaMessage]) -> list[bytes]:
     """Decode ``messages`` in child processes and return chunks as the workers would, with every message whose
     decoding kills the process turned into a DecodeError naming its position.
 
     Why: one message that crashes the decoder (a segfault in a native library) would otherwise fail every retry
-    of its micro-batch, with no position, for good. The batch is decoded whole in a child; if the child dies, each
-    half is tried, down to the single messages that kill it. Order is kept (left half first), so the chunks
-    concatenate to the batch's order. Costs about two child starts per halving, only after a crash."""
+    of its micro-batch, with no position, for good. Order is kept (see :func:`_bisect`), so the chunks
+    concatenate to the batch's order."""
     chunks: list[bytes] = []
 
-    def solve(part: list[KafkaMessage]) -> None:
-        if not part:
-            return
-        out, how = _decode_in_child(spec, part)
-        if out is not None:
-            chunks.append(out)
-            return
-        if len(part) == 1:
-            msg = part[0]
-            err = DecodeError(msg.position, f"decoding this message killed the decoder process ({how}); it was found "
-                              "by decoding the micro-batch again in child processes", protocol=spec.protocol)
-            chunks.append(encode_chunk(Decoded(messages=1, errors=[(msg, err)])))
-            return
-        mid = len(part) // 2
-        solve(part[:mid])
-        solve(part[mid:])
+    def killed(msg: KafkaMessage, how: str) -> None:
+        err = DecodeError(msg.position, killed_reason(how), protocol=spec.protocol)
+        chunks.append(encode_chunk(Decoded(messages=1, errors=[(msg, err)])))
 
-    solve(list(messages))
+    _bisect(spec, list(messages), chunks.append, killed)
     return chunks
+
+
+def find_killers(spec: WorkerSpec, messages: list[KafkaMessage]) -> list[tuple[KafkaMessage, str]]:
+    """The messages whose decoding kills a process, each with how it died, in order.
+
+    Decode errors and events are of no interest here: a decoder that keeps a schema across messages will refuse
+    some messages in a child that starts with empty caches, which is not a crash (so every message is tried)."""
+    found: list[tuple[KafkaMessage, str]] = []
+    _bisect(replace(spec, stop_at_error=False), list(messages), lambda _chunk: None,
+            lambda msg, how: found.append((msg, how)))
+    return found
+
+
+def _bisect(spec: WorkerSpec, messages: list[KafkaMessage], ok: Callable[[bytes], None],
+            killed: Callable[[KafkaMessage, str], None]) -> None:
+    """Decode in a child; if it dies, each half is tried, down to the single messages that kill it. Left half
+    first, so ``ok`` and ``killed`` are called in message order. About two child starts per halving, only after
+    a crash."""
+    if not messages:
+        return
+    out, how = _decode_in_child(spec, messages)
+    if out is not None:
+        ok(out)
+    elif len(messages) == 1:
+        killed(messages[0], how)
+    else:
+        mid = len(messages) // 2
+        _bisect(spec, messages[:mid], ok, killed)
+        _bisect(spec, messages[mid:], ok, killed)
 
 
 def _decode_in_child(spec: WorkerSpec, messages: list[KafkaMessage]) -> tuple[bytes | None, str]:

@@ -27,8 +27,12 @@ from sqlalchemy.engine import Engine
 
 from applier import migrate
 from applier.config import Settings
-from applier.decode import CHUNK_SCHEMA, WorkerSpec, decode_arrow_batches, decode_isolated, worker_crashed
-from applier.events import KafkaMessage
+from applier.crashguard import DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
+from applier.decode import (
+    CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
+    worker_crashed,
+)
+from applier.events import DecodeError, KafkaMessage
 from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
 from applier.progress import ProgressStore
@@ -78,6 +82,45 @@ def read_messages(df) -> list[KafkaMessage]:
     cols = [table.column(i).to_pylist() for i in range(5)]
     del table
     return list(map(KafkaMessage, *cols))
+
+
+def read_ranges(spark, settings: Settings, ranges: Ranges) -> list[KafkaMessage]:
+    """The records of inclusive offset ranges, read again from Kafka in one batch query."""
+    by_topic: dict[str, dict[str, int]] = {}
+    for (t, p), (lo, _hi) in ranges.items():
+        by_topic.setdefault(t, {})[str(p)] = lo
+    ending = {t: {str(p): hi + 1 for (t2, p), (_lo, hi) in ranges.items() if t2 == t} for t in by_topic}
+    assign = {t: sorted(int(p) for p in parts) for t, parts in by_topic.items()}
+    reader = spark.read.format("kafka")
+    for k, v in settings.source.spark_options().items():
+        if k not in ("subscribe", "subscribePattern"):
+            reader = reader.option(k, v)
+    df = (reader.option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(by_topic))
+          .option("endingOffsets", json.dumps(ending)).option("failOnDataLoss", "false").load())
+    return sorted(read_messages(df), key=lambda m: (m.topic, m.partition, m.offset))
+
+
+def recover_from_decoder_crash(spark, settings: Settings, marker: DecodingMarker) -> dict[Position, str]:
+    """A previous driver died while decoding (the marker says which records): find the messages that kill the
+    decoder, in child processes. Stop naming the first (exit 3), or return them to be quarantined unread."""
+    ranges = marker.pending()
+    if ranges is None:
+        return {}
+    log.error("the previous run died while decoding %s; decoding those records again in child processes to find "
+              "the message that kills the decoder", describe(ranges))
+    killers = find_killers(worker_spec(settings), read_ranges(spark, settings, ranges))
+    if not killers:
+        log.error("no single message among %s kills the decoder when decoded again; going on (if the fault "
+                  "recurs, report it with the traceback the dead run printed)", describe(ranges))
+        marker.disarm()
+        return {}
+    if settings.pipeline.on_decode_error != "quarantine":
+        msg, how = killers[0]
+        raise DecodeError(msg.position, killed_reason(how), protocol=settings.source.protocol)
+    marker.disarm()  # found: this run quarantines them; were it killed first, the next crash marks them again
+    for msg, how in killers:
+        log.error("%s: %s; it will be quarantined", msg.position, killed_reason(how))
+    return {(m.topic, m.partition, m.offset): killed_reason(how) for m, how in killers}
 
 
 # Collector thresholds while the pipeline runs (CPython's default is (700, 10, 10)); see bulk_gc.
@@ -302,10 +345,19 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
     # only a run that can work takes the pipeline over from another writer.
     query_dir = reset_checkpoint(spark, settings)
     parts = kafka_partitions(spark, settings)
+    on_executors = settings.decodes_on_executors()
+    guard = None
+    if not on_executors:
+        marker = DecodingMarker(settings.pipeline.local_dir)
+        killers = recover_from_decoder_crash(spark, settings, marker)
     store = ProgressStore(settings.pipeline.name, settings.source.protocol)
     store.claim(engine)  # invariant 13: fence any older writer of this pipeline, then read what it committed
     with engine.connect() as conn:
         state = store.load(conn)
+        if not on_executors:
+            # messages that killed the decoder before stay undecoded when a replay reads them again
+            guard = DriverDecodeGuard(marker, {**store.quarantined_with(conn, KILLED), **killers},
+                                      settings.source.protocol)
     restart = {tp: cp.restart_offset for tp, cp in state.checkpoints.items()}
     offsets = starting_offsets(parts, restart, settings.source.starting_offsets)
     spill_dir = str(settings.pipeline.spill_dir)
@@ -316,12 +368,12 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
+        guard=guard,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]
     query_box: list = []
 
-    on_executors = settings.decodes_on_executors()
     spec = worker_spec(settings)
     log.info("decoding %s records in %s", settings.source.protocol,
              "Spark's Python workers" if on_executors else "the driver")

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from applier.apply import Applier, ApplyStats
 from applier.codecs import Decoder
+from applier.crashguard import DriverDecodeGuard
 from applier.decode import Decoded, decode_chunk, decode_messages
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
@@ -41,8 +42,9 @@ class BatchProcessor:
     def __init__(self, *, engine: Engine, decoder: Decoder, route, store: ProgressStore, state: PipelineState,
                  partitions: Iterable[tuple[str, int]], on_decode_error: str = "stop",
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
-                 on_unsupported_ddl: str = "stop", ddl_scope=None) -> None:
+                 on_unsupported_ddl: str = "stop", ddl_scope=None, guard: DriverDecodeGuard | None = None) -> None:
         self.decoder = decoder
+        self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
         self.route = route
         self.stop_at_error = on_decode_error != "quarantine"
         holds = None
@@ -67,7 +69,10 @@ class BatchProcessor:
     def process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
         """One micro-batch of raw records, decoded here (in the calling thread)."""
         t0 = time.perf_counter()
-        decoded = decode_messages(self.decoder, messages, stop_at_error=self.stop_at_error)
+        if self.guard is not None:
+            decoded = self.guard.decode(self.decoder, messages, stop_at_error=self.stop_at_error)
+        else:
+            decoded = decode_messages(self.decoder, messages, stop_at_error=self.stop_at_error)
         return self.process_decoded(decoded, time.perf_counter() - t0)
 
     def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:

@@ -317,6 +317,14 @@ class ProgressStore:
     def schema_dropped(self, conn: Connection, schema: str) -> None:
         conn.execute(schemas.delete().where(schemas.c.schema_name == schema))
 
+    def quarantined_with(self, conn: Connection, text: str) -> dict[tuple[str, int, int], str]:
+        """Quarantined positions whose reason contains ``text``, with the reason: the messages that killed the
+        decoder are never decoded again (applier.crashguard)."""
+        rows = conn.execute(select(quarantine.c.topic, quarantine.c.kafka_partition, quarantine.c.kafka_offset,
+                                   quarantine.c.reason)
+                            .where(quarantine.c.pipeline == self.pipeline, quarantine.c.reason.contains(text)))
+        return {(t, int(p), int(o)): r for t, p, o, r in rows}
+
     def quarantine(self, conn: Connection, msg: KafkaMessage, reason: str) -> None:
         """Keep an undecodable message once per Kafka position: a rerun that reads it again (its restart offset
         lies before it) finds the row and adds nothing (a unique index backs this, migration 0008)."""

@@ -1,7 +1,12 @@
-"""One message that kills the decoder process (a native fault) cannot stop the applier for good: Spark's Python
-worker dies on it, the micro-batch is decoded again in child processes, and the message is named (exit 3 with its
-position) or quarantined while everything else applies (issue 10). The fault is injected by a sitecustomize on the
-PYTHONPATH of the applier's processes (tests/crashing_decoder)."""
+"""One message that kills the decoder process (a native fault) cannot stop the applier for good (issue 10), wherever
+it is decoded:
+
+- in Spark's Python workers: the worker dies, the micro-batch is decoded again in child processes;
+- in the driver (Simple, and ``decode_on = "driver"``): the pipeline process dies, the ``applier run`` supervisor
+  starts it again, and the new start finds the message from the decoding marker (applier.crashguard).
+
+Either way the message is named (exit 3 with its position) or quarantined while everything else applies. The fault
+is injected by a sitecustomize on the PYTHONPATH of the applier's processes (tests/crashing_decoder)."""
 
 from __future__ import annotations
 
@@ -31,24 +36,38 @@ def _run(cfg: dict, path: Path) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL)
 
 
-def test_a_message_that_kills_the_decoder_is_named_or_quarantined(urls, unique, drop_schema, tmp_path) -> None:
+@pytest.mark.parametrize("protocol,decode_on", [("canal-json", "executors"), ("canal-json", "driver"),
+                                               ("simple", None)])
+def test_a_message_that_kills_the_decoder_is_named_or_quarantined(protocol, decode_on, urls, unique, drop_schema,
+                                                                   tmp_path) -> None:
     topic = f"e2e-segv-{unique}"
     schema = f"shop_{unique}"
     drop_schema(("mariadb", schema))
-    wl = generate("canal-json", partitions=1, txns=30, seed=3, replays=0)
+    wl = generate(protocol, partitions=1, txns=30, seed=3, replays=0)
     msgs = list(wl.messages)
     msgs.insert(5, (0, None, b'{"database": "shop", "note": "APPLIER-TEST-SEGFAULT"}'))
     produce(urls.kafka, topic, msgs, partitions=1)
-    cfg = config(urls, "mariadb", "canal-json", topic, schema, tmp_path / "ckpt", decode_on="executors")
+    extra = {"decode_on": decode_on} if decode_on else {}
+    cfg = config(urls, "mariadb", protocol, topic, schema, tmp_path / "ckpt", **extra)
+    in_driver = decode_on != "executors"
+    marker = tmp_path / "ckpt" / "decoding.json"
 
     res = _run(cfg, tmp_path / "stop.toml")
     assert res.returncode == 3, res.stderr[-4000:]
     last = res.stderr.strip().splitlines()[-1]
     assert f"topic={topic}" in last and "offset=5" in last and "killed the decoder process" in last, last
+    if in_driver:
+        # the pipeline process itself died, printed where (faulthandler), and was started again to find it
+        assert "Segmentation fault" in res.stderr and "died of SIGSEGV while decoding" in res.stderr
+        assert marker.exists()  # stop keeps it: every rerun names the message again until the policy changes
+        marker.unlink()  # so the quarantine run below meets the crash afresh
 
     cfg["pipeline"]["on_decode_error"] = "quarantine"
     res = _run(cfg, tmp_path / "quarantine.toml")
     assert res.returncode == 0, res.stderr[-4000:]
+    assert not marker.exists()
+    if in_driver:
+        assert "died of SIGSEGV while decoding" in res.stderr
     engine = create_engine(urls.mariadb_url)
     try:
         assert compare_tables(engine, schema, wl.expected) == []
