@@ -82,97 +82,45 @@ UnsupportedDDL is also raised for: several statements in one event, ``CREATE TAB
 ``ALTER TABLE .. RENAME``/``EXCHANGE PARTITION``/``CREATE TABLE .. LIKE``/a foreign key) that links a kept
 table with an ignored one, the DROP DATABASE cases above, views that cannot be routed simply, and statements
 this module does not recognise.
+
+The statement arrives prepared by ``applier.ddl.translate`` (neutralised, lexed, checked for several statements
+and for TiDB-only or data-restoring statements); its text is rewritten in place (``applier/ddl/rewrite.py``),
+the MariaDB mappings live in ``applier/ddl/mariadb.py``, and the statements both dialects route the same way
+(DROP lists, RENAME TABLE, the DROP DATABASE guard) in ``applier/ddl/common.py``.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from applier.ddl import SYSTEM_SCHEMAS, Context, TableRef, TranslatedDDL
-from applier.ddl.tidb import (
-    INSIGNIFICANT,
-    Cursor,
-    Token,
-    mysql_quote_ident,
-    neutralise_tidb,
-    restores_data_statement,
-    significant,
-    split_top_level,
-    strip_terminator,
-    tidb_only_statement,
-    tokenize,
-)
+from applier.ddl.base import Context, TableRef, TranslatedDDL
+from applier.ddl.common import checked_drop_schema, drop_list, expect_end, rename_tables
+from applier.ddl.lexer import Cursor, Statement, Token, split_top_level
+from applier.ddl.mariadb import expression_key, mariadb_collations, mariadb_create_table_checks, mariadb_visibility
+from applier.ddl.rewrite import Rewrite
+from applier.ddl.syntax import alter_specs
 
 __all__ = ["translate_mysql"]
 
-_MARIADB_COLLATIONS = {
-    "utf8mb4_0900_ai_ci": "utf8mb4_unicode_520_ci",
-    "utf8mb4_0900_bin": "utf8mb4_bin",
-}
+# DROP DATABASE of these is refused
+_MYSQL_SYSTEM = frozenset({"mysql", "information_schema", "performance_schema", "sys", "metrics_schema"})
+
 _INDEX_WORDS = ("INDEX", "KEY", "UNIQUE", "PRIMARY", "FULLTEXT", "SPATIAL", "CONSTRAINT", "FOREIGN", "CHECK")
-_PARTITION_OPS = ("PARTITION", "ADD", "DROP", "TRUNCATE", "COALESCE", "REORGANIZE", "EXCHANGE", "ANALYZE",
-                  "CHECK", "OPTIMIZE", "REBUILD", "REPAIR", "DISCARD", "IMPORT", "REMOVE", "FIRST", "LAST")
+
+
+def mysql_quote_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def q(schema: str, table: str) -> str:
     return f"{mysql_quote_ident(schema)}.{mysql_quote_ident(table)}"
 
 
-class _Stmt:
-    """The neutralised statement text with its tokens, and the edits to apply to it."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.toks = tokenize(text)
-        self.sig = strip_terminator(significant(self.toks))
-        self.edits: list[tuple[int, int, str]] = []
-
-    def replace(self, start: int, end: int, new: str) -> None:
-        self.edits.append((start, end, new))
-
-    def insert(self, pos: int, new: str) -> None:
-        self.edits.append((pos, pos, new))
-
-    def drop_tokens(self, lo: int, hi: int) -> None:
-        """Remove sig[lo:hi] and the whitespace after them."""
-        start = self.sig[lo].start
-        end = self.sig[hi - 1].end
-        while end < len(self.text) and self.text[end] in " \t":
-            end += 1
-        self.replace(start, end, "")
-
-    def render(self) -> str:
-        keep = [t for t in self.toks if t.kind not in INSIGNIFICANT or t.kind in ("vopen", "vclose")]
-        last = self.sig[-1].end
-        lo = min(t.start for t in keep)
-        hi = max([last] + [t.end for t in keep if t.kind == "vclose"])
-        out: list[str] = []
-        pos = lo
-        for start, end, new in sorted(self.edits, key=lambda e: (e[0], -e[1])):
-            if start < pos:
-                if end <= pos:
-                    continue  # inside a span already replaced (e.g. a removed specification)
-                raise AssertionError(f"overlapping DDL edits at {start}")
-            out.append(self.text[pos:start])
-            out.append(new)
-            pos = end
-        out.append(self.text[pos:hi])
-        return "".join(out).strip()
-
-
-def translate_mysql(ctx: Context) -> TranslatedDDL:
+def translate_mysql(ctx: Context, stmt: Statement) -> TranslatedDDL:
+    """Rewrite one prepared statement for a ``"mysql"`` or ``"mariadb"`` target (``ctx.dialect``)."""
     mariadb = ctx.dialect == "mariadb"
-    st = _Stmt(neutralise_tidb(ctx.query))
+    st = Rewrite(stmt)
     sig = st.sig
-    if not sig:
-        return TranslatedDDL([], "other", [])
-    if any(t.is_op(";") for t in sig):
-        ctx.fail("the event holds several statements")
-    reason = restores_data_statement(sig)
-    if reason:
-        ctx.fail(reason)
-    if tidb_only_statement(sig):
-        return TranslatedDDL([], "other", [])
     c = Cursor(sig)
     head = sig[0].upper
     if head == "CREATE":
@@ -185,7 +133,7 @@ def translate_mysql(ctx: Context) -> TranslatedDDL:
         c.next()
         c.accept_kw("TABLE")
         ref = ctx.table_ref(c)
-        _expect_end(ctx, c)
+        expect_end(ctx, c)
         r = ctx.routed(ref.schema, ref.table)
         if r is None:
             return TranslatedDDL([], "truncate_table", [])
@@ -199,56 +147,11 @@ def translate_mysql(ctx: Context) -> TranslatedDDL:
     ctx.fail(f"{head} statements are not DDL this applier understands")
 
 
-def _expect_end(ctx: Context, c: Cursor) -> None:
-    if not c.at_end:
-        ctx.fail(f"unexpected {c.peek().text!r}")
-
-
-def rename_tables(ctx: Context, c: Cursor, render) -> TranslatedDDL:
-    """``a TO b [, c TO d]``: shared by both dialects through ``render(pairs) -> statement(s)``."""
-    items = rename_pairs(ctx, c)
-    chosen = ctx.pick([[new, old] for old, new in items])
-    pairs: list[tuple[tuple[str, str], tuple[str, str]]] = []
-    for i in chosen:
-        old, new = items[i]
-        ro = ctx.routed(*old)
-        rn = ctx.routed(*new)
-        if ro is None and rn is None:
-            continue
-        if ro is None or rn is None:
-            kept, ignored = (old, new) if rn is None else (new, old)
-            ctx.fail(f"RENAME TABLE {'.'.join(old)} TO {'.'.join(new)} moves a table between a replicated name "
-                     f"({'.'.join(kept)}) and an ignored one ({'.'.join(ignored)}); change the routing rules so "
-                     "both names are replicated or both ignored", kind="rename_table")
-        if ro == rn:
-            continue
-        pairs.append((ro, rn))
-    if not pairs:
-        return TranslatedDDL([], "rename_table", [])
-    out = render(pairs)
-    stmts = out if isinstance(out, list) else [out]
-    targets = [t for a, b in pairs for t in (a, b)]
-    return TranslatedDDL(stmts, "rename_table", targets)
-
-
-def rename_pairs(ctx: Context, c: Cursor) -> list[tuple[tuple[str, str], tuple[str, str]]]:
-    items = []
-    while True:
-        old = ctx.table_ref(c)
-        c.expect_kw("TO")
-        new = ctx.table_ref(c)
-        items.append(((old.schema, old.table), (new.schema, new.table)))
-        if not c.accept_op(","):
-            break
-    _expect_end(ctx, c)
-    return items
-
-
 # ---------------------------------------------------------------------------------------------------------
 # CREATE
 
 
-def _create(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
+def _create(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     create_tok = c.next()
     or_replace = c.accept_seq("OR", "REPLACE")
     if c.is_kw("TEMPORARY") or (c.is_kw("GLOBAL", "LOCAL") and c.is_kw("TEMPORARY", k=1)):
@@ -267,7 +170,7 @@ def _create(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
     ctx.fail(f"CREATE {word.upper()} is not supported")
 
 
-def _create_table(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
+def _create_table(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     table_tok = c.expect_kw("TABLE")
     has_ine = c.accept_seq("IF", "NOT", "EXISTS")
     ref = ctx.table_ref(c)
@@ -296,22 +199,22 @@ def _create_table(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> Translat
             lo, hi = c.pos + 1, c.matching()
             elements = split_top_level(st.sig, lo, hi)
             if mariadb:
-                _mariadb_create_table_checks(ctx, st, elements)
+                mariadb_create_table_checks(ctx, st, elements)
             for a, b in elements:
                 if a < b and st.sig[a].is_word(*_INDEX_WORDS):
                     if mariadb:
-                        if _expression_key(st.sig, a, b, ctx):
+                        if expression_key(st.sig, a, b, ctx):
                             _drop_element(st, elements, a, b)
                         else:
-                            _mariadb_visibility(st, a, b)
+                            mariadb_visibility(st, a, b)
                 elif a < b:
                     _vector_to_longtext(st, a + 1, b)
     if mariadb:
-        _mariadb_collations(st)
+        mariadb_collations(st)
     return TranslatedDDL([st.render()], "create_table", targets)
 
 
-def _route_references(ctx: Context, st: _Stmt, lo: int, hi: int, child_schema: str) -> None:
+def _route_references(ctx: Context, st: Rewrite, lo: int, hi: int, child_schema: str) -> None:
     """Route the parent table of every ``REFERENCES parent (...)`` in sig[lo:hi]."""
     for i in range(lo, hi):
         if st.sig[i].is_word("REFERENCES") and i + 1 < hi:
@@ -328,7 +231,7 @@ def _route_references(ctx: Context, st: _Stmt, lo: int, hi: int, child_schema: s
             st.replace(ref.start, ref.end, q(*r))
 
 
-def _create_database(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
+def _create_database(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     kw = c.next()
     has_ine = c.accept_seq("IF", "NOT", "EXISTS")
     name = c.ident()
@@ -339,11 +242,11 @@ def _create_database(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> Trans
         st.insert(kw.end, " IF NOT EXISTS")
     st.replace(name.start, name.end, mysql_quote_ident(target))
     if mariadb:
-        _mariadb_collations(st)
+        mariadb_collations(st)
     return TranslatedDDL([st.render()], "create_schema", [(target, "")])
 
 
-def _create_index(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
+def _create_index(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     c.accept_kw("ONLINE", "OFFLINE")
     kind_tok = c.accept_kw("UNIQUE", "FULLTEXT", "SPATIAL", "VECTOR", "COLUMNAR")
     c.expect_kw("INDEX", "KEY")
@@ -357,8 +260,8 @@ def _create_index(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> Translat
     r = ctx.routed(ref.schema, ref.table)
     if r is None or (kind_tok is not None and kind_tok.upper in ("VECTOR", "COLUMNAR")):
         return TranslatedDDL([], "create_index", [])
-    if mariadb and _expression_key(st.sig, c.pos, len(st.sig), ctx, unique=kind_tok is not None
-                                   and kind_tok.is_word("UNIQUE")):
+    if mariadb and expression_key(st.sig, c.pos, len(st.sig), ctx, unique=kind_tok is not None
+                                  and kind_tok.is_word("UNIQUE")):
         return TranslatedDDL([], "create_index", [])
     st.replace(ref.start, ref.end, q(*r))
     if mariadb and not has_ine:
@@ -366,7 +269,7 @@ def _create_index(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> Translat
     elif not mariadb and has_ine:
         st.drop_tokens(ine_at, ine_at + 3)
     if mariadb:
-        _mariadb_visibility(st, c.pos, len(st.sig))
+        mariadb_visibility(st, c.pos, len(st.sig))
     return TranslatedDDL([st.render()], "create_index", [r])
 
 
@@ -374,7 +277,7 @@ def _create_index(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> Translat
 # Views
 
 
-def _view(ctx: Context, st: _Stmt, c: Cursor, head: Token, or_replace: bool) -> TranslatedDDL:
+def _view(ctx: Context, st: Rewrite, c: Cursor, head: Token, or_replace: bool) -> TranslatedDDL:
     is_create = head.is_word("CREATE")
     kind = "create_view"
     if is_create and not or_replace:
@@ -481,7 +384,7 @@ def view_table_refs(ctx: Context, sig: Sequence[Token], lo: int, hi: int, view_s
 # DROP
 
 
-def _drop(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
+def _drop(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     c.next()
     if c.accept_kw("TEMPORARY"):
         return TranslatedDDL([], "other", [])
@@ -495,8 +398,8 @@ def _drop(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
         c.next()
         c.accept_seq("IF", "EXISTS")
         name = c.ident()
-        _expect_end(ctx, c)
-        target = checked_drop_schema(ctx, name.ident, SYSTEM_SCHEMAS)
+        expect_end(ctx, c)
+        target = checked_drop_schema(ctx, name.ident, _MYSQL_SYSTEM)
         if target is None:
             return TranslatedDDL([], "drop_schema", [])
         return TranslatedDDL([f"DROP DATABASE IF EXISTS {mysql_quote_ident(target)}"], "drop_schema",
@@ -521,40 +424,11 @@ def _drop(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
     ctx.fail(f"DROP {word.upper()} is not supported")
 
 
-def drop_list(ctx: Context, c: Cursor, kind: str, render) -> TranslatedDDL:
-    c.accept_seq("IF", "EXISTS")
-    refs = [ctx.table_ref(c)]
-    while c.accept_op(","):
-        refs.append(ctx.table_ref(c))
-    c.accept_kw("RESTRICT", "CASCADE")
-    _expect_end(ctx, c)
-    chosen = ctx.pick([[(r.schema, r.table)] for r in refs])
-    routed = [ctx.routed(refs[i].schema, refs[i].table) for i in chosen]
-    kept = list(dict.fromkeys(r for r in routed if r is not None))
-    if not kept:
-        return TranslatedDDL([], kind, [])
-    out = render(kept)
-    return TranslatedDDL(out if isinstance(out, list) else [out], kind, kept)
-
-
-def checked_drop_schema(ctx: Context, name: str, system: frozenset[str]) -> str | None:
-    target = ctx.routed_schema(name)
-    if target is None:
-        return None
-    if target.lower() in system:
-        ctx.fail(f"dropping the target schema {target!r} is refused (a system schema)", kind="drop_schema")
-    if target != name:
-        ctx.fail(f"DROP DATABASE {name}: routing maps it to target schema {target!r}, which may also hold "
-                 "tables of other upstream schemas; drop the tables or schema on the target by hand",
-                 kind="drop_schema")
-    return target
-
-
 # ---------------------------------------------------------------------------------------------------------
 # ALTER
 
 
-def _alter(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
+def _alter(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     head = c.next()
     c.accept_kw("ONLINE", "OFFLINE")
     c.accept_kw("IGNORE")
@@ -565,6 +439,10 @@ def _alter(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
     if not c.accept_kw("TABLE"):
         word = c.peek().text if c.peek() else ""
         ctx.fail(f"ALTER {word.upper()} is not supported")
+    return _alter_table(ctx, st, c, mariadb)
+
+
+def _alter_table(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     ref = ctx.table_ref(c)
     specs = alter_specs(st.sig, c.pos, len(st.sig))
     r = ctx.routed(ref.schema, ref.table)
@@ -582,29 +460,11 @@ def _alter(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
         kept += 1
         if what == "rename":
             kind = "rename_table"
-            nc = Cursor(st.sig, lo + 1, hi)
-            nc.accept_kw("TO", "AS")
-            new = ctx.table_ref(nc)
-            rn = ctx.routed(new.schema, new.table)
-            if (r is None) != (rn is None):
-                ctx.fail(f"ALTER TABLE {ref.schema}.{ref.table} RENAME TO {new.schema}.{new.table} moves a table "
-                         "between a replicated name and an ignored one; change the routing rules so both names "
-                         "are replicated or both ignored", kind="rename_table")
-            if rn is not None:
-                st.replace(new.start, new.end, q(*rn))
-                targets.append(rn)
+            targets.extend(_route_renamed(ctx, st, ref, r, lo, hi))
         elif what == "exchange":
-            i = next((k for k in range(lo, hi) if st.sig[k].is_word("TABLE")), hi)
-            other = ctx.table_ref(Cursor(st.sig, i + 1, hi))
-            ro = ctx.routed(other.schema, other.table)
-            if (r is None) != (ro is None):
-                ctx.fail(f"EXCHANGE PARTITION between {ref.schema}.{ref.table} and {other.schema}.{other.table} "
-                         "links a replicated table with an ignored one")
-            if ro is not None:
-                st.replace(other.start, other.end, q(*ro))
-                targets.append(ro)
+            targets.extend(_route_exchanged(ctx, st, ref, r, lo, hi))
         elif r is not None:
-            if mariadb and what == "add_index" and _expression_key(st.sig, lo, hi, ctx):
+            if mariadb and what == "add_index" and expression_key(st.sig, lo, hi, ctx):
                 _drop_spec(st, specs, lo, hi)
                 kept -= 1
                 continue
@@ -613,31 +473,47 @@ def _alter(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
             if what in ("add_column", "modify_column"):
                 _vector_to_longtext(st, lo + 1, hi)
             if mariadb and what in ("add_index", "alter_index"):
-                _mariadb_visibility(st, lo, hi)
+                mariadb_visibility(st, lo, hi)
     if r is None:
         return TranslatedDDL([], kind, [])
     if kept == 0:
         return TranslatedDDL([], "other" if only_tidb else kind, [])
     if mariadb:
-        _mariadb_collations(st)
+        mariadb_collations(st)
     return TranslatedDDL([st.render()], kind, list(dict.fromkeys(targets)))
 
 
-def alter_specs(sig: Sequence[Token], lo: int, hi: int) -> list[tuple[int, int]]:
-    """The comma-separated ALTER TABLE specifications; partition maintenance is one spec (it has commas)."""
-    if lo >= hi:
+def _route_renamed(ctx: Context, st: Rewrite, ref: TableRef, r: tuple[str, str] | None, lo: int, hi: int
+                   ) -> list[tuple[str, str]]:
+    """``RENAME [TO|AS] new`` in sig[lo:hi]: route the new name, which must be kept or ignored as the table is."""
+    nc = Cursor(st.sig, lo + 1, hi)
+    nc.accept_kw("TO", "AS")
+    new = ctx.table_ref(nc)
+    rn = ctx.routed(new.schema, new.table)
+    if (r is None) != (rn is None):
+        ctx.fail(f"ALTER TABLE {ref.schema}.{ref.table} RENAME TO {new.schema}.{new.table} moves a table "
+                 "between a replicated name and an ignored one; change the routing rules so both names "
+                 "are replicated or both ignored", kind="rename_table")
+    if rn is None:
         return []
-    first = sig[lo]
-    second = sig[lo + 1] if lo + 1 < hi else None
-    if first.is_word(*_PARTITION_OPS) and (
-            first.is_word("PARTITION", "REMOVE", "FIRST", "LAST")
-            or (second is not None and second.is_word("PARTITION", "PARTITIONING"))):
-        if not (first.is_word("PARTITION") and second is not None and second.is_word("BY")):
-            return [(lo, hi)]
-    specs = split_top_level(sig, lo, hi)
-    # a trailing PARTITION BY clause belongs to the last spec, which split_top_level already handles since
-    # its commas are inside parentheses
-    return specs
+    st.replace(new.start, new.end, q(*rn))
+    return [rn]
+
+
+def _route_exchanged(ctx: Context, st: Rewrite, ref: TableRef, r: tuple[str, str] | None, lo: int, hi: int
+                     ) -> list[tuple[str, str]]:
+    """``EXCHANGE PARTITION p WITH TABLE other`` in sig[lo:hi]: route the other table, which must be kept or
+    ignored as the altered table is."""
+    i = next((k for k in range(lo, hi) if st.sig[k].is_word("TABLE")), hi)
+    other = ctx.table_ref(Cursor(st.sig, i + 1, hi))
+    ro = ctx.routed(other.schema, other.table)
+    if (r is None) != (ro is None):
+        ctx.fail(f"EXCHANGE PARTITION between {ref.schema}.{ref.table} and {other.schema}.{other.table} "
+                 "links a replicated table with an ignored one")
+    if ro is None:
+        return []
+    st.replace(other.start, other.end, q(*ro))
+    return [ro]
 
 
 def classify_spec(sig: Sequence[Token], lo: int, hi: int) -> str:
@@ -685,7 +561,7 @@ def classify_spec(sig: Sequence[Token], lo: int, hi: int) -> str:
     return "other"
 
 
-def _drop_spec(st: _Stmt, specs: list[tuple[int, int]], lo: int, hi: int) -> None:
+def _drop_spec(st: Rewrite, specs: list[tuple[int, int]], lo: int, hi: int) -> None:
     """Remove one ALTER TABLE specification and one separating comma."""
     sig = st.sig
     idx = specs.index((lo, hi))
@@ -706,7 +582,7 @@ def _drop_spec(st: _Stmt, specs: list[tuple[int, int]], lo: int, hi: int) -> Non
         st.replace(sig[lo].start, sig[hi - 1].end, "")
 
 
-def _if_exists_clauses(st: _Stmt, lo: int, hi: int, what: str, mariadb: bool) -> None:
+def _if_exists_clauses(st: Rewrite, lo: int, hi: int, what: str, mariadb: bool) -> None:
     """MySQL 8 lacks IF [NOT] EXISTS in ALTER TABLE specs (drop them); MariaDB has it (add it)."""
     sig = st.sig
     c = Cursor(sig, lo, hi)
@@ -740,7 +616,7 @@ def _if_exists_clauses(st: _Stmt, lo: int, hi: int, what: str, mariadb: bool) ->
         st.drop_tokens(at, at + len(probe))
 
 
-def _alter_database(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> TranslatedDDL:
+def _alter_database(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     kw = c.next()
     tok = c.peek()
     if tok is not None and tok.is_ident and not tok.is_word("DEFAULT", "CHARACTER", "CHARSET", "COLLATE",
@@ -762,63 +638,15 @@ def _alter_database(ctx: Context, st: _Stmt, c: Cursor, mariadb: bool) -> Transl
     else:
         st.insert(kw.end, " " + mysql_quote_ident(target))
     if mariadb:
-        _mariadb_collations(st)
+        mariadb_collations(st)
     return TranslatedDDL([st.render()], "other", [(target, "")])
 
 
 # ---------------------------------------------------------------------------------------------------------
-# MariaDB spellings
+# Column-list rewrites
 
 
-def _mariadb_collations(st: _Stmt) -> None:
-    sig = st.sig
-    for i, t in enumerate(sig):
-        if not t.is_word("COLLATE"):
-            continue
-        j = i + 1
-        if j < len(sig) and sig[j].is_op("="):
-            j += 1
-        if j < len(sig) and sig[j].kind in ("word", "qident", "string"):
-            name = sig[j].ident if sig[j].kind != "string" else sig[j].value
-            mapped = _MARIADB_COLLATIONS.get(name.lower())
-            if mapped:
-                st.replace(sig[j].start, sig[j].end, mapped)
-
-
-def _mariadb_visibility(st: _Stmt, lo: int, hi: int) -> None:
-    depth = 0
-    for i in range(lo, hi):
-        t = st.sig[i]
-        if t.is_op("("):
-            depth += 1
-        elif t.is_op(")"):
-            depth -= 1
-        elif depth == 0 and t.is_word("INVISIBLE"):
-            st.replace(t.start, t.end, "IGNORED")
-        elif depth == 0 and t.is_word("VISIBLE"):
-            st.replace(t.start, t.end, "NOT IGNORED")
-
-
-def _expression_key(sig: Sequence[Token], lo: int, hi: int, ctx: Context, unique: bool | None = None) -> bool:
-    """MariaDB (10.x/11.x) has no functional key parts: True when the index in sig[lo:hi] has one (a
-    non-unique one is then left out: it only speeds up queries); a unique one is refused."""
-    i = lo
-    while i < hi and not sig[i].is_op("("):
-        i += 1
-    if i >= hi:
-        return False
-    close = Cursor(sig, i, hi).matching()
-    if not any(sig[a].is_op("(") for a, b in split_top_level(sig, i + 1, close) if a < b):
-        return False
-    if unique is None:
-        unique = any(t.is_word("UNIQUE", "PRIMARY") for t in sig[lo:i])
-    if unique:
-        ctx.fail("MariaDB has no functional key parts, so this unique index on an expression cannot be "
-                 "created", kind="create_index")
-    return True
-
-
-def _drop_element(st: _Stmt, elements: list[tuple[int, int]], lo: int, hi: int) -> None:
+def _drop_element(st: Rewrite, elements: list[tuple[int, int]], lo: int, hi: int) -> None:
     """Remove one element of a CREATE TABLE column list and one separating comma."""
     idx = elements.index((lo, hi))
     sig = st.sig
@@ -828,7 +656,7 @@ def _drop_element(st: _Stmt, elements: list[tuple[int, int]], lo: int, hi: int) 
         st.replace(sig[lo].start, sig[elements[idx + 1][0]].start, "")
 
 
-def _vector_to_longtext(st: _Stmt, lo: int, hi: int) -> None:
+def _vector_to_longtext(st: Rewrite, lo: int, hi: int) -> None:
     """TiDB's VECTOR(n) column type -> LONGTEXT holding TiDB's text form '[1,2,3]' (what TiCDC sends);
     MySQL 9 and MariaDB 11.7 VECTOR columns only accept their own binary form."""
     sig = st.sig
@@ -848,30 +676,3 @@ def _vector_to_longtext(st: _Stmt, lo: int, hi: int) -> None:
             k = Cursor(sig, j, hi).matching()
             end = sig[k].end
         st.replace(t.start, end, "LONGTEXT")
-
-
-def _mariadb_create_table_checks(ctx: Context, st: _Stmt, elements: list[tuple[int, int]]) -> None:
-    """MariaDB refuses a primary key over a generated column (TiDB allows it)."""
-    from applier.ddl.postgres import _starts_index, parse_column, parse_index_def
-
-    generated: set[str] = set()
-    pk: set[str] = set()
-    for a, b in elements:
-        ec = Cursor(st.sig, a, b)
-        try:
-            if _starts_index(ec):
-                idx = parse_index_def(ec)
-                if idx.kind == "primary":
-                    pk.update(p.column.lower() for p in idx.parts if p.column)
-            else:
-                col = parse_column(ec)
-                if col.generated:
-                    generated.add(col.name.lower())
-                if col.primary:
-                    pk.add(col.name.lower())
-        except Exception:  # the MySQL text passes through; let the server judge what we cannot parse
-            continue
-    both = sorted(generated & pk)
-    if both:
-        ctx.fail(f"MariaDB cannot put a primary key on generated column(s) {', '.join(both)}; create the table "
-                 "on the target by hand (for example with a plain column)", kind="create_table")

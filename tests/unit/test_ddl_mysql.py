@@ -7,7 +7,7 @@ import re
 import pytest
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
-from applier.ddl.tidb import significant, split_statements, tokenize
+from applier.ddl.lexer import significant, split_statements, tokenize
 
 
 def route(schema: str, table: str):

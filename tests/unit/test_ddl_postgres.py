@@ -7,8 +7,10 @@ import re
 import pytest
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
-from applier.ddl.postgres import parse_type_comment, pg_index_name, type_comment, MyType
-from applier.ddl.tidb import Cursor, significant, split_statements, split_top_level, tokenize
+from applier.ddl.lexer import Cursor, significant, split_statements, split_top_level, tokenize
+from applier.ddl.pg_sql import pg_index_name
+from applier.ddl.pg_types import parse_type_comment, type_comment
+from applier.ddl.syntax import MyType
 
 
 def route(schema: str, table: str):

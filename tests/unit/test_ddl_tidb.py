@@ -1,19 +1,12 @@
-"""TiDB-only syntax removal and the lexer under it (applier/ddl/tidb.py)."""
+"""TiDB-only syntax removal (applier/ddl/tidb.py) and the lexer under it (applier/ddl/lexer.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from applier.ddl import neutralise_tidb as public_neutralise
-from applier.ddl.tidb import (
-    LexError,
-    neutralise_tidb,
-    restores_data_statement,
-    significant,
-    split_statements,
-    tidb_only_statement,
-    tokenize,
-)
+from applier.ddl.lexer import LexError, significant, split_statements, tokenize
+from applier.ddl.tidb import neutralise_tidb, restores_data_statement, tidb_only_statement
 
 
 def sig(sql: str):
