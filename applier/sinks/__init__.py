@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
-from applier.sinks.base import ApplyError, BatchPlan, Sink, TableMeta, plan_batch
+from applier.sinks.base import Sink
+from applier.sinks.plan import BatchPlan, plan_batch
+from applier.sinks.table import ApplyError, TableMeta
 
 
 def is_transient(exc: BaseException | None) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable
 
-from applier.sinks.base import ApplyError, TableMeta
+from applier.sinks.table import ApplyError, TableMeta
 
 
 class ValueRefused(ValueError):

@@ -39,7 +39,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from applier.codecs.types import format_time
-from applier.sinks.base import Sink, TableMeta, build_meta, missing_table
+from applier.sinks.base import Sink
+from applier.sinks.table import TableMeta, build_meta, missing_table
 
 # MySQL/MariaDB error codes of faults that pass: the whole target transaction is replayed (invariant 14).
 TRANSIENT_ERRORS = {

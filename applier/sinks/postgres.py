@@ -57,9 +57,10 @@ from sqlalchemy.types import NullType
 from psycopg import sql as psql
 
 from applier.codecs.types import format_time, is_zero_date
-from applier.ddl.postgres import TYPE_COMMENT_PREFIX, parse_type_comment
+from applier.ddl.pg_types import TYPE_COMMENT_PREFIX, parse_type_comment
 from applier.sinks.adapt import ValueRefused, acts_on
-from applier.sinks.base import ApplyError, Sink, TableMeta, reflect_table
+from applier.sinks.base import Sink
+from applier.sinks.table import TableMeta, reflect_table
 
 
 class PostgresSink(Sink):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from applier.sinks import postgres as PG
-from applier.sinks.base import reflect_table
-from tests.e2e.conftest import target_url
+from applier.sinks.table import reflect_table
+from tests.e2e.helpers import target_url
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 from sqlalchemy import Column as SAColumn, Integer, MetaData, String, Table
 
 from applier.events import Column, Op, RowChange, SourcePosition
-from applier.sinks.base import ApplyError, TableMeta, plan_batch
+from applier.sinks.plan import plan_batch
+from applier.sinks.table import ApplyError, TableMeta
 
 COLS = (Column("id", "int", key=True, nullable=False), Column("email", "varchar", unique=True), Column("v", "int"))
 

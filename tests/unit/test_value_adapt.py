@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 
 from applier.codecs.types import parse_time
 from applier.sinks import ApplyError
-from applier.sinks.base import build_meta
+from applier.sinks.table import build_meta
 from applier.sinks.mysql import MySQLSink, ZERO_TIMESTAMP, mysql_converter, session_sql_mode
 from applier.sinks.postgres import NEG_INFINITY, PostgresSink, ValueRefused, pg_converter
 
