@@ -29,10 +29,11 @@ from sqlalchemy.engine import Connection, Engine
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
 from applier.events import DDL, KafkaMessage, RowChange
-from applier.gate import Gate
+from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.sinks import ApplyError, Sink, db_reason, plan_batch
-from applier.sinks.base import VERBATIM, shown
+from applier.sinks.base import VERBATIM
+from applier.sinks.table import shown
 
 log = logging.getLogger("applier.apply")
 
@@ -68,10 +69,10 @@ class Applier:
         self.total = ApplyStats()
 
     # ---- entry point -----------------------------------------------------------------------------------
-    def apply(self, gate: Gate, *, quarantined: Iterable[tuple[KafkaMessage, str]] = (), batches: int = 1) -> ApplyStats:
-        """Apply everything the gate can release now and record progress, even when nothing was released."""
+    def apply(self, rel: Release, *, quarantined: Iterable[tuple[KafkaMessage, str]] = (), batches: int = 1
+              ) -> ApplyStats:
+        """Apply a release of the gate and record progress, even when nothing was released."""
         stats = ApplyStats()
-        rel = gate.release()
         with self.engine.connect() as conn:
             tx = conn.begin()
             self.sink.begin(conn)
@@ -85,12 +86,12 @@ class Applier:
                         self._write_rows(conn, chunk, progress, stats)
                         chunk = []
                         # everything before the DDL is applied: commit it before the (non-transactional) DDL
-                        self.store.save(conn, applied_ts=max(ev.commit_ts - 1, gate.applied_ts),
-                                        checkpoints=gate.checkpoint(), table_progress=progress)
+                        self.store.save(conn, applied_ts=max(ev.commit_ts - 1, rel.applied_ts),
+                                        checkpoints=rel.checkpoint(), table_progress=progress)
                         progress = {}
                         tx.commit()
                         stats.transactions += 1
-                        self._apply_ddl(conn, ev, gate, stats)
+                        self._apply_ddl(conn, ev, rel, stats)
                         tx = conn.begin()
                         self.sink.begin(conn)
                         continue
@@ -99,8 +100,8 @@ class Applier:
                         self._write_rows(conn, chunk, progress, stats)
                         chunk = []
                 self._write_rows(conn, chunk, progress, stats)
-                gate.forget(rel)
-                self.store.save(conn, applied_ts=gate.applied_ts, checkpoints=gate.checkpoint(),
+                rel.forget()
+                self.store.save(conn, applied_ts=rel.applied_ts, checkpoints=rel.checkpoint(),
                                 table_progress=progress, batches=batches)
                 tx.commit()
                 stats.transactions += 1
@@ -148,7 +149,7 @@ class Applier:
             stats.tables[(schema, table)] = stats.tables.get((schema, table), 0) + len(changes)
 
     # ---- DDL -------------------------------------------------------------------------------------------
-    def _apply_ddl(self, conn: Connection, ev: DDL, gate: Gate, stats: ApplyStats) -> None:
+    def _apply_ddl(self, conn: Connection, ev: DDL, rel: Release, stats: ApplyStats) -> None:
         key = ddl_key(ev)
         with conn.begin():
             state = self.store.ddl_state(conn, key)
@@ -166,7 +167,7 @@ class Applier:
                 ) from None
             with conn.begin():
                 self.store.ddl_record(conn, ev, key, state="skipped", statements=[], detail=str(exc))
-                self._save_after_ddl(conn, ev, gate)
+                self._save_after_ddl(conn, ev, rel)
             stats.ddls_skipped += 1
             log.warning("skipped DDL at %s: %s", ev.position, exc)
             return
@@ -175,7 +176,7 @@ class Applier:
                 self.sink.begin(conn)
                 self._run_statements(conn, ev, tr, replay=False)
                 self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
-                self._save_after_ddl(conn, ev, gate)
+                self._save_after_ddl(conn, ev, rel)
         else:
             with conn.begin():
                 self.store.ddl_record(conn, ev, key, state="started", statements=tr.statements)
@@ -184,7 +185,7 @@ class Applier:
                 conn.commit()  # the autobegun transaction around the (implicitly committing) DDL
             with conn.begin():
                 self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
-                self._save_after_ddl(conn, ev, gate)
+                self._save_after_ddl(conn, ev, rel)
         self.sink.forget_tables(tr.targets or None)
         stats.ddls += 1
         stats.transactions += 1
@@ -250,10 +251,10 @@ class Applier:
                 "[target] on_unsupported_ddl = \"skip\"), then restart"
             ) from exc
 
-    def _save_after_ddl(self, conn: Connection, ev: DDL, gate: Gate) -> None:
+    def _save_after_ddl(self, conn: Connection, ev: DDL, rel: Release) -> None:
         # Rows with this commit ts do not exist (a DDL is its own transaction), but other DDLs with the same
         # commit ts can (a multi-table RENAME): they stay above the applied ts and are told apart by history.
-        self.store.save(conn, applied_ts=max(ev.commit_ts - 1, gate.applied_ts), checkpoints=gate.checkpoint(),
+        self.store.save(conn, applied_ts=max(ev.commit_ts - 1, rel.applied_ts), checkpoints=rel.checkpoint(),
                         table_progress={})
 
     def _accumulate(self, s: ApplyStats) -> None:

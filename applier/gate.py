@@ -1,8 +1,9 @@
-"""Resolved-ts gate: hold decoded events until upstream commit timestamps are known complete, then release
-them in commit-ts order, with a memory budget beyond which held events spill to local disk.
+"""Resolved-ts gate: decide which decoded events to hold, and release them once upstream commit timestamps are
+known complete, in commit-ts order.
 
 Pure Python: no Spark, no database. The pipeline feeds it decoded events and asks it, once per micro-batch,
-what is ready; the apply stage commits the released events and then tells the gate to forget them.
+what is ready; the apply stage commits the :class:`Release` and then forgets it. Where held events live (in
+memory, or spilled to disk beyond a budget) is :mod:`applier.spill`'s job; this module keeps the rules.
 
 Why each rule exists (architecture invariants):
 
@@ -18,61 +19,27 @@ Why each rule exists (architecture invariants):
   consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once.
 * Nothing lost on restart (7): :meth:`Gate.restart_offsets` is, per partition, the lowest offset of any event
   still held (in memory or spilled), so re-reading Kafka from there rebuilds the held set after a crash.
-* Bounded memory (8): beyond ``budget_bytes`` the in-memory runs are merged into one sorted run on local disk,
-  read back one block at a time when released; a transaction larger than memory flows through in bounded
-  pieces.
+* Bounded memory (8): held events beyond ``budget_bytes`` spill to local disk (:class:`applier.spill.RunStore`).
 
-Cost model (why the bookkeeping looks the way it does): a single upstream transaction can hold millions of
-events for many micro-batches, so nothing that runs per micro-batch or per progress save may scan the held
-events. Restart offsets, held bytes and the duplicate filter are maintained incrementally: work is done once
-when an event is added and once when it is released. See :class:`_OffsetIndex` and :class:`BlockCodec` for
-the two structures this needs.
+Cost model: a single upstream transaction can hold millions of events for many micro-batches, so nothing that
+runs per micro-batch or per progress save may scan the held events. The duplicate filter is kept per commit ts
+and dropped a whole ts at a time; restart offsets and held bytes are kept incrementally by the run store.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 import os
-import pickle
 import sys
-import tempfile
-from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator
 
-from applier.blocks import BlockCodec
 from applier.events import DDL, Event, Resolved, RowChange
+from applier.spill import Arrivals, Held, RunStore, Taken, TopicPartition
 
-TopicPartition = tuple[str, int]
-Held = RowChange | DDL
-
-# Estimated Python-object overhead per held event, on top of the bytes the protocol carried.
-EVENT_OVERHEAD_BYTES = 400
-# Events per spilled block. Reading a spilled run back keeps one decoded block per run in memory during the
-# merge, so this bounds the read side: blocks x runs x ~1.5 KB per event.
-SPILL_CHUNK_EVENTS = 2048
-
-# C-level sort keys (operator.attrgetter builds the same tuples as sort_key/offset_key without a Python call).
-_COMMIT_ORDER = attrgetter("commit_ts", "position.topic", "position.partition", "position.offset")
-_OFFSET_ORDER = attrgetter("position.topic", "position.partition", "position.offset")
 _COMMIT_TS = attrgetter("commit_ts")
-
-
-def sort_key(ev: Held) -> tuple[int, str, int, int]:
-    """Commit order. Several events of one Kafka message share a key; stable sorting and merging keep the
-    codec's order for them (runs are merged in the order they were added)."""
-    p = ev.position
-    return (ev.commit_ts, p.topic, p.partition, p.offset)
-
-
-def offset_key(ev: Held) -> tuple[str, int, int]:
-    """Arrival order per partition: the only order protocols without a watermark can give (per-key order)."""
-    p = ev.position
-    return (p.topic, p.partition, p.offset)
 
 
 def ddl_identity(ev: DDL) -> tuple[int, str, str, str]:
@@ -80,7 +47,8 @@ def ddl_identity(ev: DDL) -> tuple[int, str, str, str]:
 
 
 def _content_hash(ev: RowChange) -> int:
-    """Hash of a row change's content (not its position): a re-sent copy hashes the same.
+    """Hash of a row change's content (not its position): a re-sent copy hashes the same. It is kept per commit
+    ts: within one ts TiKV keeps one change per key, so two different changes of that ts differ in content.
 
     Keys and values are hashed as two tuples rather than as ``items()`` pairs: the same information (order
     included) without building one 2-tuple per column. ``_value_`` is the enum's plain attribute; ``.value``
@@ -96,250 +64,11 @@ def _content_hash(ev: RowChange) -> int:
         return hash(repr(content))
 
 
-def row_fingerprint(ev: RowChange) -> tuple[int, int]:
-    """Identity of a row change's content (not its position): a re-sent copy has the same fingerprint.
-    Within one commit ts TiKV keeps one change per key, so two different changes never share it."""
-    return (ev.commit_ts, _content_hash(ev))
-
-
-def event_size(ev: Held) -> int:
-    return (ev.size or 0) + EVENT_OVERHEAD_BYTES
-
-
 @dataclass(frozen=True)
 class PartitionCheckpoint:
     restart_offset: int  # re-read from here after a crash
     resolved_ts: int  # this partition's resolved ts as of restart_offset
     next_offset: int  # one past the last offset read (for status)
-
-
-class SpillError(OSError):
-    """Held events could not be written to or read back from the spill directory."""
-
-
-# ---- restart-offset bookkeeping -------------------------------------------------------------------------
-
-class _OffsetIndex:
-    """Per partition, the lowest offset a run still holds, maintained incrementally.
-
-    Releases take, from every run, exactly the events with ``commit_ts <= upto`` (gated: runs are sorted by
-    commit ts, so that is a prefix; ungated: ``upto`` is infinite). So "lowest offset still held" is the
-    lowest offset among entries with ``ts > upto``. Each partition keeps ``(offset, ts)`` entries sorted by
-    offset and a cursor; releasing advances the cursor past entries whose ts is released, and the entry under
-    the cursor is the answer. Each entry is passed once, so a progress save costs O(partitions), not
-    O(held events) as a scan did.
-
-    Consecutive events of a partition with the same ts and non-decreasing offsets are collapsed into the first
-    one: it is released together with them and its offset is no higher, so the answer never changes. A large
-    transaction therefore costs one entry per partition and micro-batch.
-    """
-
-    __slots__ = ("_parts",)
-
-    def __init__(self, parts: dict[TopicPartition, list]) -> None:
-        # tp -> [offsets, commit tss, cursor]
-        self._parts = parts
-
-    @classmethod
-    def build(cls, raw: dict[TopicPartition, list]) -> "_OffsetIndex":
-        """``raw`` is what :meth:`Gate.add` collected: tp -> [last_off, last_ts, offsets, tss, in_order, ...]."""
-        parts: dict[TopicPartition, list] = {}
-        for tp, ent in raw.items():
-            offs, tss = ent[2], ent[3]
-            if not ent[4]:  # arrival was not in offset order: sort the entries (stable for equal offsets)
-                pairs = sorted(zip(offs, tss), key=lambda p: p[0])
-                offs = [p[0] for p in pairs]
-                tss = [p[1] for p in pairs]
-            parts[tp] = [offs, tss, 0]
-        return cls(parts)
-
-    def release_upto(self, upto: int) -> None:
-        """Events with ``commit_ts <= upto`` are released and forgotten."""
-        for ent in self._parts.values():
-            tss, i = ent[1], ent[2]
-            n = len(tss)
-            while i < n and tss[i] <= upto:
-                i += 1
-            ent[2] = i
-
-    def min_offsets(self, out: dict[TopicPartition, int]) -> None:
-        """Lower ``out[tp]`` to the lowest offset still held here."""
-        for tp, (offs, _, i) in self._parts.items():
-            if i < len(offs):
-                off = offs[i]
-                if off < out.get(tp, off + 1):
-                    out[tp] = off
-
-    def compact(self) -> None:
-        """Drop released entries and store the rest as machine integers: a spilled run keeps this index
-        while its events are on disk, so it must cost bytes, not Python objects, per entry."""
-        for ent in self._parts.values():
-            offs, tss, i = ent
-            offs, tss = offs[i:], tss[i:]
-            try:
-                offs, tss = array("q", offs), array("q", tss)
-            except (OverflowError, TypeError):  # values beyond int64: keep the lists
-                pass
-            ent[0], ent[1], ent[2] = offs, tss, 0
-
-
-def _merge_slices(streams: list[Iterator[tuple[list[Held], int, int]]],
-                   key: Callable[[Held], Any]) -> Iterator[list[Held]]:
-    """Merge sorted streams, each given as ``(list, lo, hi)`` pieces, into lists of events in ``key`` order.
-
-    Equal keys come in stream order (like ``heapq.merge``), so the codec's order of one message's events is
-    kept. Instead of a heap step per event (heapq.merge costs 0.5-1 us per event in Python), the stream with
-    the smallest head hands over, with one binary search, everything up to the next stream's head: runs of one
-    big transaction spilled at different times interleave in long stretches (per partition), so a release of
-    a million events takes a few thousand steps.
-    """
-    heap: list[tuple[Any, int, list[Held], int, int]] = []
-    for no, stream in enumerate(streams):
-        for blk, lo, hi in stream:
-            if lo < hi:
-                heap.append((key(blk[lo]), no, blk, lo, hi))
-                break
-    heapq.heapify(heap)
-    while heap:
-        _, no, blk, lo, hi = heap[0]
-        if len(heap) == 1:
-            yield blk if lo == 0 and hi == len(blk) else blk[lo:hi]
-            for blk, lo, hi in streams[no]:
-                if lo < hi:
-                    yield blk if lo == 0 and hi == len(blk) else blk[lo:hi]
-            return
-        nxt = heap[1] if len(heap) == 2 or heap[1] < heap[2] else heap[2]
-        # take what sorts before the next head: equal keys go to the lower stream number
-        if no < nxt[1]:
-            cut = bisect.bisect_right(blk, nxt[0], lo, hi, key=key)
-        else:
-            cut = bisect.bisect_left(blk, nxt[0], lo, hi, key=key)
-        yield blk if lo == 0 and cut == len(blk) else blk[lo:cut]
-        if cut < hi:
-            heapq.heapreplace(heap, (key(blk[cut]), no, blk, cut, hi))
-            continue
-        for blk, lo, hi in streams[no]:
-            if lo < hi:
-                heapq.heapreplace(heap, (key(blk[lo]), no, blk, lo, hi))
-                break
-        else:
-            heapq.heappop(heap)
-
-
-class _Block(NamedTuple):
-    offset: int  # file offset of the core
-    core_len: int
-    rest_len: int
-    start: int  # run position of the block's first event
-    count: int
-    first_ts: int
-    max_ts: int
-
-
-# ---- runs -----------------------------------------------------------------------------------------------
-
-@dataclass
-class _MemRun:
-    """Held events sorted by commit order; ``start`` marks the released prefix not yet forgotten."""
-
-    events: list[Held]
-    index: _OffsetIndex  # lowest offsets still held, per partition
-    bytes: int = 0  # event_size() of the events from ``start`` on
-    start: int = 0
-
-    def min_offsets(self) -> dict[TopicPartition, int]:
-        out: dict[TopicPartition, int] = {}
-        self.index.min_offsets(out)
-        return out
-
-    def __len__(self) -> int:
-        return len(self.events) - self.start
-
-
-@dataclass
-class _DiskRun:
-    """A sorted run spilled to a local file in blocks; ``consumed`` events were released and forgotten."""
-
-    path: Path
-    codec: BlockCodec
-    blocks: list[_Block]
-    count: int
-    indexes: list[_OffsetIndex]
-    first_ts: int
-    consumed: int = 0
-    next_ts: int = 0  # commit ts of the first unconsumed event (gated order: nothing below it is left)
-
-    @property
-    def min_offsets(self) -> dict[TopicPartition, int]:
-        out: dict[TopicPartition, int] = {}
-        for ix in self.indexes:
-            ix.min_offsets(out)
-        return out
-
-    def read_block(self, fh: Any, b: _Block) -> list[Held]:
-        fh.seek(b.offset)
-        data = fh.read(b.core_len + b.rest_len)
-        if len(data) != b.core_len + b.rest_len:
-            raise SpillError(
-                f"spill file {self.path} is truncated (block at byte {b.offset}): it was changed or removed "
-                "while the applier ran. Restart the applier: held events are re-read from Kafka"
-            )
-        view = memoryview(data)
-        try:
-            return self.codec.decode(view[: b.core_len], view[b.core_len:])
-        except SpillError:
-            raise
-        except Exception as exc:
-            raise SpillError(
-                f"spill file {self.path} is corrupt (block at byte {b.offset}: {type(exc).__name__}: {exc}). "
-                "Restart the applier: held events are re-read from Kafka"
-            ) from exc
-
-    def iter_from(self, skip: int) -> Iterator[Held]:
-        """Every event from run position ``skip`` on (one decoded block in memory at a time)."""
-        starts = [b.start for b in self.blocks]
-        i = max(0, bisect.bisect_right(starts, skip) - 1)
-        with self._open() as fh:
-            for b in self.blocks[i:]:
-                evs = self.read_block(fh, b)
-                yield from evs[max(0, skip - b.start):]
-
-    def _open(self) -> Any:
-        try:
-            return open(self.path, "rb")
-        except OSError as exc:
-            raise SpillError(
-                f"cannot read spilled events back from {self.path}: {exc.strerror or exc}. Was the spill "
-                "directory cleaned while the applier ran? Restart the applier: held events are re-read from Kafka"
-            ) from exc
-
-    def __len__(self) -> int:
-        return self.count - self.consumed
-
-
-@dataclass
-class Release:
-    """Events released up to ``upto`` (a resolved ts); iterate once, then :meth:`Gate.forget` it."""
-
-    upto: int
-    _gate: "Gate"
-    _mem_ends: list[int] = field(default_factory=list)
-    _disk_taken: list[int] = field(default_factory=list)
-    _disk_next: list[int | None] = field(default_factory=list)
-    _iterated: bool = False
-    exhausted: bool = False
-    max_ts: int = 0
-
-    def __iter__(self) -> Iterator[Held]:
-        if self._iterated:
-            raise RuntimeError("a Release can be iterated once")
-        self._iterated = True
-        for part in self._gate._slices(self):
-            top = max(map(_COMMIT_TS, part))
-            if top > self.max_ts:
-                self.max_ts = top
-            yield from part
-        self.exhausted = True
 
 
 class Gate:
@@ -366,24 +95,18 @@ class Gate:
         lost on restart.
         """
         self.gated = gated
-        self._key = _COMMIT_ORDER if gated else _OFFSET_ORDER
         self._upstream_holds = upstream_holds
         self.applied_ts = applied_ts
         self.resolved: dict[TopicPartition, int] = {tp: 0 for tp in partitions}
         for tp, ts in (partition_resolved or {}).items():
             self.resolved[tp] = max(self.resolved.get(tp, 0), ts)
-        self.budget_bytes = budget_bytes
-        self._spill_root = Path(spill_dir) if spill_dir else None
-        self._spill_dir: Path | None = None
-        self._mem: list[_MemRun] = []
-        self._disk: list[_DiskRun] = []
-        self._mem_bytes = 0
+        self.stats = {"duplicates_dropped": 0, "ddl_duplicates_dropped": 0, "spills": 0, "spilled_events": 0}
+        self._runs = RunStore(gated=gated, budget_bytes=budget_bytes, spill_dir=spill_dir, stats=self.stats)
         self._held_ddl: set[tuple[int, str, str, str]] = set(seen_ddl)
         # Content hashes of held row changes per commit ts (see _content_hash), and a heap of those ts: once a
         # ts is applied its whole set goes at once, instead of rebuilding one big set at every forget().
         self._held_rows: dict[int, set[int]] = {}
         self._held_row_ts: list[int] = []
-        self.stats = {"duplicates_dropped": 0, "ddl_duplicates_dropped": 0, "spills": 0, "spilled_events": 0}
         self.next_offsets: dict[TopicPartition, int] = {}
         # Resolved events seen per partition as (offset, ts), kept from the restart offset on: after a crash
         # the partition's resolved ts must be restored as of its restart offset, not as of the newest event
@@ -401,10 +124,9 @@ class Gate:
         """Take one micro-batch of decoded events (any order across partitions, offset order within one)."""
         run: list[Held] = []  # held events in arrival order
         run_bytes = 0
-        # tp -> [last offset, last ts, offsets, tss, in offset order, events]: the raw restart-offset index (see
-        # _OffsetIndex), collected here because this loop already has every event's partition and offset, and
-        # the held events per partition (in arrival order), from which a presorted run is put together below.
-        raw_index: dict[TopicPartition, list] = {}
+        # Per partition, what the run store builds the run and its restart-offset index from, collected here
+        # because this loop already has every event's partition and offset (see spill.Arrivals).
+        arrivals: dict[TopicPartition, Arrivals] = {}
         next_offsets = self.next_offsets
         resolved = self.resolved
         gated = self.gated
@@ -463,43 +185,22 @@ class Gate:
                     seen.add(h)
             run.append(ev)
             run_bytes += ev.size or 0
-            ent = raw_index.get(tp)
-            if ent is None:
-                raw_index[tp] = [off, ts, [off], [ts], True, [ev]]
+            a = arrivals.get(tp)
+            if a is None:
+                arrivals[tp] = Arrivals(off, ts, ev)
                 continue
-            ent[5].append(ev)
-            if ts != ent[1] or off < ent[0]:
-                if off < ent[0]:
-                    ent[4] = False
-                ent[2].append(off)
-                ent[3].append(ts)
-                ent[0], ent[1] = off, ts
-            else:
-                ent[0] = off  # same ts, later offset: covered by the entry already there
-        if not run:
-            return
-        # Each partition's events are in arrival order. Put together in partition order they are already in
-        # gate order when every partition is in offset order and (gated) one commit ts covers the whole batch,
-        # as in the micro-batches of a large transaction: no key per event, no sort. Otherwise a stable sort
-        # of the arrival order (events of one message keep the codec's order), which TiCDC's commit-ts order
-        # across partitions makes nearly sorted already.
-        parts = [raw_index[tp] for tp in sorted(raw_index)]
-        if self.gated:
-            presorted = all(len(ent[3]) == 1 for ent in parts) and len({ent[1] for ent in parts}) == 1
-        else:
-            presorted = all(ent[4] for ent in parts)
-        if presorted:
-            if len(parts) > 1:
-                run = list(itertools.chain.from_iterable(ent[5] for ent in parts))
-        else:
-            run.sort(key=self._key)
-        for ent in parts:
-            ent[5] = None
-        run_bytes += EVENT_OVERHEAD_BYTES * len(run)
-        self._mem.append(_MemRun(run, _OffsetIndex.build(raw_index), run_bytes))
-        self._mem_bytes += run_bytes
-        if self._mem_bytes > self.budget_bytes:
-            self.spill()
+            a.events.append(ev)
+            # a new index entry only where the ts changes or the offset steps back: a same-ts event at a later
+            # offset is covered by the entry already there
+            if ts != a.last_ts or off < a.last_offset:
+                if off < a.last_offset:
+                    a.in_order = False
+                a.offsets.append(off)
+                a.tss.append(ts)
+                a.last_ts = ts
+            a.last_offset = off
+        if run:
+            self._runs.add(run, run_bytes, arrivals)
 
     def note_offset(self, topic: str, partition: int, offset: int) -> None:
         """Record that a message was read even when it produced no event (e.g. routed away, quarantined)."""
@@ -516,29 +217,25 @@ class Gate:
 
     @property
     def held(self) -> int:
-        return sum(len(r) for r in self._mem) + sum(len(r) for r in self._disk)
+        return self._runs.held
 
     @property
     def memory_bytes(self) -> int:
-        return self._mem_bytes
+        return self._runs.memory_bytes
 
     def restart_offsets(self) -> dict[TopicPartition, int]:
         """Per partition, the offset to re-read from after a crash so that no held event is lost.
 
         For a partition with held events (in memory or spilled) this is the lowest held offset, kept up to date
-        by :class:`_OffsetIndex` as releases are forgotten; events released but not yet forgotten still count
-        as held. Otherwise it is the next offset after what was read.
+        by the run store as releases are forgotten; events released but not yet forgotten still count as held.
+        Otherwise it is the next offset after what was read.
         """
         out = dict(self.next_offsets)
         if self._upstream_holds is not None:
             for tp, off in self._upstream_holds()[0].items():
                 if off < out.get(tp, off + 1):
                     out[tp] = off
-        for r in self._mem:
-            r.index.min_offsets(out)
-        for d in self._disk:
-            for ix in d.indexes:
-                ix.min_offsets(out)
+        self._runs.min_offsets(out)
         return out
 
     def checkpoint(self) -> dict[TopicPartition, PartitionCheckpoint]:
@@ -570,94 +267,11 @@ class Gate:
                 held_ts = self._upstream_holds()[1]
                 if held_ts is not None:
                     limit = min(limit, held_ts - 1)
-        rel = Release(limit, self)
-        for r in self._mem:
-            # runs are sorted by commit_ts first, so the released part is a prefix
-            rel._mem_ends.append(bisect.bisect_right(r.events, limit, lo=r.start, key=_COMMIT_TS))
-        rel._disk_taken = [0] * len(self._disk)
-        rel._disk_next = [d.next_ts for d in self._disk]
-        return rel
-
-    def _slices(self, rel: Release) -> Iterator[list[Held]]:
-        """The released events in order, as lists: the merge of every run's released part."""
-        streams: list[Iterator[tuple[list[Held], int, int]]] = []
-        for r, end in zip(self._mem, rel._mem_ends):
-            if end > r.start:
-                streams.append(iter(((r.events, r.start, end),)))
-        for i, d in enumerate(self._disk):
-            if len(d) and (not self.gated or d.next_ts <= rel.upto):
-                streams.append(self._disk_blocks(d, i, rel))
-        return _merge_slices(streams, self._key)
-
-    def _disk_blocks(self, d: _DiskRun, i: int, rel: Release) -> Iterator[tuple[list[Held], int, int]]:
-        """``(events, lo, hi)`` per block: the events of a spilled run with ``commit_ts <= rel.upto``, from its
-        first unconsumed one, one decoded block in memory at a time.
-
-        Gated runs are sorted by commit ts, so whole blocks below the limit go out without a per-event test and
-        the block holding the limit is cut with a binary search. Records how many events were taken and the
-        commit ts of the next one (so later releases that cannot reach it do not read the file at all)."""
-        upto = rel.upto
-        pos = d.consumed
-        blocks = d.blocks
-        bi = max(0, bisect.bisect_right([b.start for b in blocks], pos) - 1)
-        with d._open() as fh:
-            for b in blocks[bi:]:
-                evs = d.read_block(fh, b)
-                skip = pos - b.start
-                n = len(evs)
-                if n != b.count:
-                    raise SpillError(f"spill file {d.path} is corrupt: block at byte {b.offset} holds {n} "
-                                     f"events, expected {b.count}. Restart the applier: held events are re-read "
-                                     "from Kafka")
-                if b.max_ts <= upto:
-                    cut = n
-                elif self.gated:
-                    cut = bisect.bisect_right(evs, upto, lo=skip, key=_COMMIT_TS)
-                else:
-                    cut = skip
-                    while cut < n and evs[cut].commit_ts <= upto:
-                        cut += 1
-                rel._disk_taken[i] += cut - skip
-                if cut < n:
-                    rel._disk_next[i] = evs[cut].commit_ts
-                    yield (evs, skip, cut)
-                    return
-                yield (evs, skip, n)
-                pos = b.start + n
-        rel._disk_next[i] = None
+        return Release(self, self._runs.take(limit))
 
     def forget(self, rel: Release) -> None:
         """The released events are durably applied: drop them and advance the applied resolved ts."""
-        if not rel._iterated:
-            for _ in rel:  # count what the disk runs release
-                pass
-        if not rel.exhausted:
-            raise RuntimeError("forget() needs a Release that was iterated to its end")
-        for r, end in zip(self._mem, rel._mem_ends):
-            if end > r.start:
-                gone = sum(ev.size or 0 for ev in itertools.islice(r.events, r.start, end))
-                gone += EVENT_OVERHEAD_BYTES * (end - r.start)
-                r.bytes -= gone
-                self._mem_bytes -= gone
-                r.start = end
-                r.index.release_upto(rel.upto)
-        for d, taken, nxt in zip(self._disk, rel._disk_taken, rel._disk_next):
-            if taken:
-                d.consumed += taken
-                for ix in d.indexes:
-                    ix.release_upto(rel.upto)
-            if nxt is not None:
-                d.next_ts = nxt
-        for d in [d for d in self._disk if len(d) == 0]:
-            d.path.unlink(missing_ok=True)
-        self._disk = [d for d in self._disk if len(d) > 0]
-        self._mem = [r for r in self._mem if len(r) > 0]
-        for r in self._mem:
-            if r.start > 0:
-                del r.events[: r.start]
-                r.start = 0
-        if not self._mem:
-            self._mem_bytes = 0
+        self._runs.forget(rel.finish())
         done_ts = rel.upto if self.gated else rel.max_ts
         if done_ts > self.applied_ts:
             self.applied_ts = done_ts
@@ -667,94 +281,58 @@ class Gate:
         while heap and heap[0] <= self.applied_ts:
             rows.pop(heapq.heappop(heap), None)
 
-    # ---- spill --------------------------------------------------------------------------------------
-    def spill(self) -> None:
-        """Merge every in-memory run into one sorted file on local disk."""
-        if not self._mem:
-            return
-        if self._spill_dir is None:
-            root = self._spill_root or Path(tempfile.gettempdir())
-            try:
-                root.mkdir(parents=True, exist_ok=True)
-                self._spill_dir = Path(tempfile.mkdtemp(prefix="gate-", dir=root))
-            except OSError as exc:
-                raise SpillError(
-                    f"held events exceed [pipeline] buffer_memory_mb and cannot spill to {root}: "
-                    f"{exc.strerror or exc}. Make [pipeline] spill_dir a writable local directory"
-                ) from exc
-        runs = [r for r in self._mem if len(r)]
-        if len(runs) == 1 and runs[0].start == 0:
-            merged = runs[0].events
-        else:
-            # Concatenate in the order the runs were added and sort stably: timsort merges the sorted runs in
-            # C with one key per event, instead of heapq.merge's Python-level step per event.
-            merged = list(itertools.chain.from_iterable(itertools.islice(r.events, r.start, None) for r in runs))
-            merged.sort(key=self._key)
-        if not merged:
-            self._mem = []
-            self._mem_bytes = 0
-            return
-        try:
-            fd, name = tempfile.mkstemp(prefix="run-", suffix=".spill", dir=self._spill_dir)
-        except OSError as exc:
-            raise SpillError(
-                f"held events exceed [pipeline] buffer_memory_mb and no spill file can be created in "
-                f"{self._spill_dir}: {exc.strerror or exc}. Make [pipeline] spill_dir a writable local directory "
-                "and do not clean it while the applier runs"
-            ) from exc
-        path = Path(name)
-        codec = BlockCodec()
-        blocks: list[_Block] = []
-        pos = 0
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                for lo in range(0, len(merged), SPILL_CHUNK_EVENTS):
-                    chunk = merged[lo:lo + SPILL_CHUNK_EVENTS]
-                    try:
-                        core, rest = codec.encode(chunk)
-                    except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as exc:
-                        raise SpillError(
-                            f"held events exceed [pipeline] buffer_memory_mb but one of the events from "
-                            f"{chunk[0].position} to {chunk[-1].position} cannot be written to disk "
-                            f"({type(exc).__name__}: {exc}). Raise buffer_memory_mb so that it stays in memory, "
-                            "and report the message"
-                        ) from exc
-                    fh.write(core)
-                    if rest:
-                        fh.write(rest)
-                    tss = list(map(_COMMIT_TS, chunk))
-                    blocks.append(_Block(pos, len(core), len(rest), lo, len(chunk), tss[0], max(tss)))
-                    pos += len(core) + len(rest)
-        except OSError as exc:
-            path.unlink(missing_ok=True)
-            if isinstance(exc, SpillError):
-                raise
-            raise SpillError(
-                f"held events exceed [pipeline] buffer_memory_mb and writing them to {path} failed: "
-                f"{exc.strerror or exc}. Free space under [pipeline] spill_dir or raise buffer_memory_mb"
-            ) from exc
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-        codec.finish()
-        indexes = []
-        for r in runs:
-            r.index.compact()
-            indexes.append(r.index)
-        first_ts = merged[0].commit_ts if merged else 0
-        self._disk.append(_DiskRun(path, codec, blocks, len(merged), indexes, first_ts, 0,
-                                   first_ts if self.gated else 0))
-        self.stats["spills"] += 1
-        self.stats["spilled_events"] += len(merged)
-        self._mem = []
-        self._mem_bytes = 0
-
     def close(self) -> None:
-        for d in self._disk:
-            d.path.unlink(missing_ok=True)
-        self._disk = []
-        if self._spill_dir is not None:
-            try:
-                self._spill_dir.rmdir()
-            except OSError:
+        self._runs.close()
+
+
+class Release:
+    """Events released up to ``upto`` (a resolved ts): iterate once, apply them, then :meth:`forget` it.
+
+    It also answers what the apply stage stores with the applied events (:meth:`checkpoint`,
+    :attr:`applied_ts`), so that stage works from the release alone."""
+
+    __slots__ = ("upto", "max_ts", "exhausted", "_gate", "_taken", "_iterated")
+
+    def __init__(self, gate: Gate, taken: Taken) -> None:
+        self.upto = taken.upto
+        self.max_ts = 0  # highest commit ts iterated: ungated, the applied ts once forgotten
+        self.exhausted = False
+        self._gate = gate
+        self._taken = taken
+        self._iterated = False
+
+    def __iter__(self) -> Iterator[Held]:
+        if self._iterated:
+            raise RuntimeError("a Release can be iterated once")
+        self._iterated = True
+        for part in self._taken.parts():
+            top = max(map(_COMMIT_TS, part))
+            if top > self.max_ts:
+                self.max_ts = top
+            yield from part
+        self.exhausted = True
+
+    @property
+    def applied_ts(self) -> int:
+        """The gate's applied resolved ts: before :meth:`forget`, what earlier releases applied."""
+        return self._gate.applied_ts
+
+    def checkpoint(self) -> dict[TopicPartition, PartitionCheckpoint]:
+        """Per-partition progress to store with the applied data (see :meth:`Gate.checkpoint`). Until
+        :meth:`forget`, the events of this release still count as held."""
+        return self._gate.checkpoint()
+
+    def forget(self) -> None:
+        """This release is durably applied (see :meth:`Gate.forget`)."""
+        self._gate.forget(self)
+
+    def finish(self) -> Taken:
+        """The cut through the held runs, for the gate to drop. A release never iterated is iterated here (the
+        cut through spilled runs is known only once they were read); a partly iterated one is refused:
+        forgetting it would drop events that were never applied."""
+        if not self._iterated:
+            for _ in self:
                 pass
+        if not self.exhausted:
+            raise RuntimeError("forget() needs a Release that was iterated to its end")
+        return self._taken

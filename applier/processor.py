@@ -120,7 +120,7 @@ class BatchProcessor:
         gate.add(events)
         t2 = time.perf_counter()
         self.batches += 1
-        rep.applied = self.applier.apply(gate, quarantined=quarantined)
+        rep.applied = self.applier.apply(gate.release(), quarantined=quarantined)
         t3 = time.perf_counter()
         rep.seconds = {"decode": decode_seconds + t1 - t0, "gate": t2 - t1, "apply": t3 - t2}
         rep.global_resolved = gate.global_resolved()

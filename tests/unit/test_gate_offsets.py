@@ -13,7 +13,7 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-import applier.gate as gate_mod
+import applier.spill as spill_mod
 from applier.events import Column, Op, Resolved, RowChange, SourcePosition
 from applier.gate import Gate
 from tests.unit.test_gate import make_stream, materialise
@@ -23,10 +23,12 @@ COLS = (Column("id", "int", nullable=False, key=True), Column("v", "int"))
 
 def held_events(g: Gate) -> list:
     out = []
-    for r in g._mem:
+    for r in g._runs._mem:
         out.extend(r.events[r.start:])
-    for d in g._disk:
-        out.extend(d.iter_from(d.consumed))
+    for d in g._runs._disk:
+        with open(d.path, "rb") as fh:
+            spilled = [ev for b in d.blocks for ev in d.read_block(fh, b)]
+        out.extend(spilled[d.consumed:])
     return out
 
 
@@ -55,8 +57,8 @@ def test_restart_offsets_equal_a_scan_of_held_events_after_partial_releases(
     rng = random.Random(seed)
     logs, _ = make_stream(rng, parts, rng.randint(1, 40), replay)
     tps = [("k", p) for p in range(parts)]
-    saved = gate_mod.SPILL_CHUNK_EVENTS
-    gate_mod.SPILL_CHUNK_EVENTS = block
+    saved = spill_mod.SPILL_CHUNK_EVENTS
+    spill_mod.SPILL_CHUNK_EVENTS = block
     try:
         g = Gate(partitions=tps, budget_bytes=budget, spill_dir=tmp_path_factory.mktemp("spill"))
         twin = Gate(partitions=tps)  # never spills
@@ -89,13 +91,13 @@ def test_restart_offsets_equal_a_scan_of_held_events_after_partial_releases(
                 tp: restart.get(tp, 0) for tp in set(g.resolved) | set(restart)}
         g.close()
     finally:
-        gate_mod.SPILL_CHUNK_EVENTS = saved
+        spill_mod.SPILL_CHUNK_EVENTS = saved
 
 
 def test_spilled_big_transaction_restart_offsets_follow_partial_releases(tmp_path, monkeypatch) -> None:
     """A big transaction (ts 20) is spilled with smaller ones around it; releasing those must move the restart
     offsets up to the big transaction's first offsets, not leave them where the spill started."""
-    monkeypatch.setattr(gate_mod, "SPILL_CHUNK_EVENTS", 4)
+    monkeypatch.setattr(spill_mod, "SPILL_CHUNK_EVENTS", 4)
     g = Gate(partitions=[("k", 0), ("k", 1)], budget_bytes=1, spill_dir=tmp_path)
     g.add([row(10, 0, 0, 1), row(10, 0, 1, 2), row(15, 1, 0, 3)]
           + [row(20, 0, 2 + i, 10 + i) for i in range(30)] + [row(20, 1, 1 + i, 50 + i) for i in range(30)])
@@ -134,5 +136,5 @@ def test_a_held_transaction_costs_one_index_entry_per_partition_and_batch() -> N
     """What makes checkpoint() cheap with a million held rows: the index collapses a transaction's run."""
     g = Gate(partitions=[("k", 0), ("k", 1)])
     g.add([row(50, i % 2, i // 2, i) for i in range(10_000)])
-    (run,) = g._mem
-    assert sorted(len(offs) for offs, _, _ in run.index._parts.values()) == [1, 1]
+    (run,) = g._runs._mem
+    assert sorted(len(p.offsets) for p in run.index._parts.values()) == [1, 1]

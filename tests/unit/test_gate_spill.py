@@ -23,11 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import applier.blocks as blocks_mod
-import applier.gate as gate_mod
+import applier.spill as spill_mod
 from applier.blocks import BlockCodec
 from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
 
-from applier.gate import Gate, SpillError, _merge_slices
+from applier.gate import Gate
+from applier.spill import SpillError, _merge_slices
 
 
 class Label(str):
@@ -288,7 +289,7 @@ def big_txn(n: int, ts: int = 100, parts: int = 3, start: int = 0) -> list[RowCh
 
 
 def test_spilled_run_releases_exactly_what_went_in_and_removes_its_file(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(gate_mod, "SPILL_CHUNK_EVENTS", 7)
+    monkeypatch.setattr(spill_mod, "SPILL_CHUNK_EVENTS", 7)
     tps = [("k", p) for p in range(3)]
     g = Gate(partitions=tps, budget_bytes=20_000, spill_dir=tmp_path)
     ref = Gate(partitions=tps)
