@@ -1,4 +1,4 @@
-"""``applier``: run / status / migrate / validate / demo.
+"""``applier``: run / status / migrate / validate / jars / demo.
 
 Exit codes: 0 done; 2 configuration error (the message names the key) or a missing prerequisite such as Java
 (the message names the command that installs it); 3 undecodable message (names topic,
@@ -81,8 +81,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jars(args: argparse.Namespace) -> int:
+    from applier.jars import spark_kafka_jars
+    print(",".join(spark_kafka_jars()))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from applier.demo import demo
+    from applier.devtools.demo import demo
     return demo(target=args.target, protocol=args.protocol)
 
 
@@ -129,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a config file and print it (secrets masked)")
     v.add_argument("-c", "--config", required=True)
     v.set_defaults(fn=cmd_validate)
+    j = sub.add_parser("jars", help="resolve (once, with Maven) and print Spark's Kafka source jars, comma-separated "
+                       "(for spark-submit --jars)")
+    j.set_defaults(fn=cmd_jars)
     d = sub.add_parser("demo", help="start local Kafka and a database, write a sample TiCDC stream, apply it")
     d.add_argument("--target", choices=["mariadb", "postgres"], default="mariadb")
     d.add_argument("--protocol", choices=["open", "canal-json"], default="canal-json")
@@ -160,11 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from applier.codecs.registry import RegistryError
     from applier.progress import WriterFenced
+    from applier.jars import JarsError
     from applier.session import SetupError
     from applier.sinks import ApplyError
     try:
         return args.fn(args)
-    except SetupError as exc:
+    except (SetupError, JarsError) as exc:
         print(f"setup error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except WriterFenced as exc:

@@ -85,7 +85,6 @@ __all__ = [
     "SourceSettings",
     "SparkSettings",
     "SUPPORTED_DRIVERS",
-    "SUPPORTED_PROTOCOLS",
     "TargetSettings",
     "load_config",
     "parse_config",
@@ -127,9 +126,6 @@ class FrozenMap(Mapping[str, str]):
         return f"FrozenMap({shown!r})"
 
 
-SUPPORTED_PROTOCOLS: tuple[str, ...] = ("open", "canal-json")  # at least; see supported_protocols()
-
-
 def supported_protocols() -> tuple[str, ...]:
     """The protocols this build has a decoder for."""
     from applier.codecs import protocols
@@ -151,7 +147,6 @@ def _redact_codec_value(key: str, value: Any) -> Any:
         return MASK
     pw = _url_password(value)
     return value.replace(pw, MASK) if pw else value
-PLANNED_PROTOCOLS: tuple[str, ...] = ("simple", "debezium", "avro")
 SUPPORTED_DRIVERS: tuple[str, ...] = ("mysql+pymysql", "mariadb+pymysql", "postgresql+psycopg")
 
 #: Kafka consumer settings the applier (or Spark's Kafka source) owns; ``[source.kafka]`` may not set them.
@@ -363,7 +358,7 @@ class PipelineSettings(_RedactedRepr):
 @dataclass(frozen=True, repr=False)
 class SourceSettings(_RedactedRepr):
     bootstrap_servers: str
-    protocol: str  # one of SUPPORTED_PROTOCOLS
+    protocol: str  # one of supported_protocols()
     topics: tuple[str, ...] | None = None
     topic_pattern: str | None = None
     starting_offsets: str = "earliest"  # earliest | latest
@@ -808,11 +803,6 @@ class _Parser:
                 raise self.error("source.topic_pattern", f"invalid regular expression: {exc}") from None
         protocol = self.get(d, p, "protocol", str, hint='protocol = "canal-json" (or "open")')
         supported = supported_protocols()
-        if protocol in PLANNED_PROTOCOLS and protocol not in supported:
-            raise self.error(
-                "source.protocol",
-                f"{protocol!r} is not supported yet in this version; supported: {', '.join(supported)}",
-            )
         if protocol not in supported:
             raise self.error(
                 "source.protocol",

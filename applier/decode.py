@@ -60,12 +60,9 @@ def with_protocol_hint(exc: DecodeError, decoder: Decoder, msg: KafkaMessage) ->
     looks = sniff(msg.key, msg.value)
     if looks is None or looks == getattr(decoder, "name", None):
         return exc
-    hinted = DecodeError(exc.position, f"{exc.reason} (the message looks like {looks!r}: check that "
-                         f"source.protocol = \"{looks}\" matches the changefeed's protocol)", protocol=exc.protocol)
-    held = getattr(exc, "held_message", None)
-    if held is not None:
-        hinted.held_message = held  # type: ignore[attr-defined]
-    return hinted
+    return DecodeError(exc.position, f"{exc.reason} (the message looks like {looks!r}: check that "
+                       f"source.protocol = \"{looks}\" matches the changefeed's protocol)", protocol=exc.protocol,
+                       held_message=exc.held_message)
 
 
 def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool) -> Decoded:
@@ -86,7 +83,7 @@ def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_
             if stop_at_error:
                 raise exc
             # a decoder that held messages (waiting for a schema) may find one of *those* bad
-            out.errors.append((getattr(exc, "held_message", None) or msg, exc))
+            out.errors.append((exc.held_message or msg, exc))
             continue
         if not evs:
             out.empty.append((msg.topic, msg.partition, msg.offset))

@@ -120,10 +120,15 @@ class KafkaMessage:
 class DecodeError(Exception):
     """A message that cannot be decoded. Carries where it was and why; the pipeline stops or quarantines."""
 
-    def __init__(self, position: SourcePosition, reason: str, *, protocol: str = "") -> None:
+    def __init__(self, position: SourcePosition, reason: str, *, protocol: str = "",
+                 held_message: "KafkaMessage | None" = None) -> None:
         self.position = position
         self.reason = reason
         self.protocol = protocol
+        # A decoder that held messages (waiting for a schema) may find one of *those* bad while decoding a later
+        # message: this is the bad one, to quarantine instead of the message being decoded (whose offset the
+        # gate must not take as done, since its own events come back with the next call).
+        self.held_message = held_message
         where = f"{protocol} message at {position}" if protocol else f"message at {position}"
         super().__init__(f"cannot decode {where}: {reason}")
 

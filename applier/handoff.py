@@ -67,13 +67,6 @@ class BatchHandoff(Generic[T]):
             self._item = item
             self._cond.notify_all()
 
-    def wait_idle(self) -> None:
-        """Block until every submitted batch is applied (or one failed); raise its error."""
-        with self._cond:
-            while (self._busy or self._item is not None) and self._error is None:
-                self._cond.wait()
-        self.raise_if_failed()
-
     def close(self) -> None:
         """Let the worker finish what it has, stop it and join it. Does not raise: call raise_if_failed()."""
         with self._cond:

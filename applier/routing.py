@@ -350,11 +350,6 @@ class Rule:
     def label(self) -> str:
         return self.name or "route"
 
-    @property
-    def table_matches_all(self) -> bool:
-        """True when the table half is the bare ``*`` (the rule covers whole schemas)."""
-        return self._table_m.matches_all
-
     def matches(self, schema: str, table: str) -> bool:
         """Does this rule's pattern match the table ``schema.table``?"""
         return self._schema_m.match(schema) and self._table_m.match(table)

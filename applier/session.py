@@ -148,7 +148,7 @@ def spark_session(settings: Settings, app_name: str | None = None):
         check_master_reachable(settings, master)
     from pyspark.sql import SparkSession
 
-    from applier.services.jars import spark_kafka_jars
+    from applier.jars import spark_kafka_jars
 
     python = workers_python(settings, master)
     if python:

@@ -1,5 +1,6 @@
 """A client for the Confluent Schema Registry REST API (and registries that speak it, e.g. Apicurio's
-``/apis/ccompat/v7``), plus an in-memory stand-in with the same methods for pure unit tests and benchmarks.
+``/apis/ccompat/v7``). (An in-memory stand-in with the same methods, for pure unit tests, is
+:class:`applier.devtools.encoders.registry.InMemoryRegistry`.)
 
 Used by the Avro codec: every Confluent-framed Avro message names a schema id, and ids are immutable, so
 ``schema_by_id`` caches each answer for the life of the client. Only the standard library talks HTTP
@@ -34,13 +35,12 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 __all__ = [
-    "InMemoryRegistry",
     "RegisteredSchema",
     "RegistryAuthError",
     "RegistryClient",
@@ -56,7 +56,7 @@ log = logging.getLogger("applier.codecs.registry")
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 ACCEPT = "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json, application/json"
 USER_AGENT = "ticdc-applier-registry-client"
-_START_HINT = "start the local one with `python -m applier.services start --only registry`"
+_START_HINT = "start the local one with `python -m applier.devtools.services start --only registry`"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -403,64 +403,3 @@ class RegistryClient:
             f"schema registry {self.url} rejected {what} ({detail})",
             url=self.url, status=status, error_code=code,
         )
-
-
-# ---------------------------------------------------------------------------------------------------------
-# in-memory stand-in (pure logic: unit tests, benchmarks of the codec alone)
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class InMemoryRegistry:
-    """Confluent registry semantics without a server: the same schema text gets the same id under every
-    subject; a new text gets the next id; each subject keeps its versions. Not a stand-in for the real
-    service in end-to-end tests (``applier.services`` runs Apicurio Registry for those)."""
-
-    url: str = "memory://registry"
-    _schemas: dict[int, RegisteredSchema] = field(default_factory=dict)
-    _ids: dict[tuple[str, str], int] = field(default_factory=dict)
-    _subjects: dict[str, list[int]] = field(default_factory=dict)
-    lookups: int = 0
-
-    def register(self, subject: str, schema: str | Mapping[str, Any], schema_type: str = "AVRO") -> int:
-        text = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
-        key = (schema_type.upper(), _canonical(text))
-        schema_id = self._ids.get(key)
-        if schema_id is None:
-            schema_id = len(self._schemas) + 1
-            self._ids[key] = schema_id
-            self._schemas[schema_id] = RegisteredSchema(schema_id, text, schema_type.upper())
-        versions = self._subjects.setdefault(subject, [])
-        if schema_id not in versions:
-            versions.append(schema_id)
-        return schema_id
-
-    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
-        self.lookups += 1
-        try:
-            return self._schemas[int(schema_id)]
-        except KeyError:
-            raise SchemaNotFound(
-                f"schema registry {self.url} has no schema id {schema_id} (HTTP 404 error_code 40403)",
-                url=self.url, status=404, error_code=40403,
-            ) from None
-
-    def latest_version(self, subject: str) -> SubjectVersion:
-        versions = self._subjects.get(subject)
-        if not versions:
-            raise SchemaNotFound(
-                f"schema registry {self.url} has no subject {subject!r} (HTTP 404 error_code 40401)",
-                url=self.url, status=404, error_code=40401,
-            )
-        s = self._schemas[versions[-1]]
-        return SubjectVersion(subject, len(versions), s.id, s.schema, s.schema_type)
-
-    def subjects(self) -> list[str]:
-        return sorted(self._subjects)
-
-
-def _canonical(text: str) -> str:
-    try:
-        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
-    except ValueError:
-        return text

@@ -2,9 +2,10 @@
 
 Every TiCDC protocol eventually hands over column values either as JSON scalars or as text in MySQL's own
 textual format ("2020-02-20 02:20:20.123", "-838:59:59", "129012.1230000", ...). This module turns that text
-into the Python values the event model promises (see :mod:`applier.events`) and back, so each protocol module
-only has to deal with its own framing and its own quirks (base64, Go string quoting, ISO-8859-1 byte mapping,
-ordinal ENUM/SET, ...).
+into the Python values the event model promises (see :mod:`applier.events`), so each protocol module only has
+to deal with its own framing and its own quirks (base64, Go string quoting, ISO-8859-1 byte mapping, ordinal
+ENUM/SET, ...). The way back (Python value -> TiCDC's text) belongs to the test encoders
+(:mod:`applier.devtools.encoders.values`); only :func:`format_time` is here, for the sinks.
 
 Type names are the lower-case MySQL names without parameters, as :class:`applier.events.Column` carries them
 ("tinyint", "varchar", "decimal", "datetime", ...). :func:`split_mysql_type` turns a full column type such as
@@ -21,8 +22,7 @@ vector                                     protocols that send ordinals convert 
 binary, varbinary, *blob (or any string    ``bytes``; text -> bytes uses ``binary_encoding`` (ISO-8859-1
 type with the binary flag)                 by default: one character per byte)
 bit                                        ``int``: every TiCDC protocol sends BIT as its unsigned integer
-                                           value (TiCDC encodes bits as integers to dodge tidb#10988);
-                                           :func:`bits_to_int` is there for protocols sending raw bytes
+                                           value (TiCDC encodes bits as integers to dodge tidb#10988)
 date                                       ``datetime.date``
 datetime, timestamp                        ``datetime.datetime`` (naive, microseconds kept)
 time                                       ``datetime.timedelta`` (negative and > 24h allowed)
@@ -47,7 +47,6 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, Callable, Iterable
 
-import orjson
 
 __all__ = [
     "ConversionError",
@@ -71,17 +70,11 @@ __all__ = [
     "parse_date",
     "parse_datetime",
     "parse_time",
-    "bits_to_int",
-    "format_date",
-    "format_datetime",
     "format_time",
-    "format_decimal",
     "float32",
     "shortest_float32",
-    "format_float_fixed",
     "is_zero_date",
     "b64decode_strict",
-    "go_json_dumps",
     "set_fast_form",
     "conversion_expr",
     "generated_function",
@@ -319,11 +312,6 @@ def parse_time(text: str) -> _dt.timedelta:
     return -td if neg else td
 
 
-def bits_to_int(data: bytes) -> int:
-    """Raw BIT bytes (big-endian, as MySQL stores them) -> unsigned int."""
-    return int.from_bytes(data, "big")
-
-
 def b64decode_strict(text: str) -> bytes:
     """Standard base64 (with padding) -> bytes; anything else is an error (no silent skipping)."""
     if type(text) is not str:
@@ -507,30 +495,8 @@ def convert_text(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Formatters: Python value -> MySQL text (what TiCDC emits), used by the encoders.
+# TIME as text (the sinks write it so), float32 rounding (decoders of FLOAT values)
 # ---------------------------------------------------------------------------------------------------------
-
-
-def format_date(v: _dt.date | str) -> str:
-    if isinstance(v, str):
-        return v
-    return f"{v.year:04d}-{v.month:02d}-{v.day:02d}"
-
-
-def format_datetime(v: _dt.datetime | _dt.date | str) -> str:
-    """TiDB's Time.String() shape: 'YYYY-MM-DD HH:MM:SS' plus '.ffffff' when there is a fraction.
-
-    (TiDB prints exactly the column's fsp digits; the event model does not carry fsp, so a fraction is printed
-    with 6 digits. The value is the same.)
-    """
-    if isinstance(v, str):
-        return v
-    if not isinstance(v, _dt.datetime):
-        return format_date(v) + " 00:00:00"
-    s = f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}"
-    if v.microsecond:
-        s += f".{v.microsecond:06d}"
-    return s
 
 
 def format_time(v: _dt.timedelta | str) -> str:
@@ -547,15 +513,6 @@ def format_time(v: _dt.timedelta | str) -> str:
     if us:
         out += f".{us:06d}"
     return out
-
-
-def format_decimal(v: Decimal | int | str) -> str:
-    """Decimal -> plain (never exponent) text keeping the scale, like TiDB's MyDecimal.String()."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, int):
-        return str(v)
-    return format(v, "f")
 
 
 _F32 = struct.Struct("<f")
@@ -580,38 +537,3 @@ def shortest_float32(v: float) -> float:
         except OverflowError:  # rounded up past the float32 range (near 3.4e38)
             continue
     return f
-
-
-def format_float_fixed(v: float, *, single: bool = False) -> str:
-    """Go's strconv.FormatFloat(v, 'f', -1, 32|64): shortest round-trip digits, never an exponent."""
-    if single:
-        v = shortest_float32(v)
-    if not math.isfinite(v):
-        raise ConversionError(f"{v!r} is not a finite number")
-    r = repr(v)
-    if "e" not in r and "E" not in r:
-        return r[:-2] if r.endswith(".0") else r
-    s = format(Decimal(r), "f")
-    if "." in s:
-        s = s.rstrip("0").rstrip(".")
-    return s
-
-
-_LS = "\u2028".encode()
-_PS = "\u2029".encode()
-
-
-def go_json_dumps(obj: Any) -> bytes:
-    """Compact JSON as TiCDC's Go encoders write it: like orjson's output, plus Go's default escaping of
-    ``<``, ``>``, ``&``, U+2028 and U+2029 (encoding/json and easyjson both do this). The characters can
-    only occur inside strings, so a byte replace is safe. Integers must fit in 64 bits (MySQL's do)."""
-    data = orjson.dumps(obj)
-    if b"<" in data or b">" in data or b"&" in data or b"\xe2\x80" in data:
-        data = (
-            data.replace(b"<", b"\\u003c")
-            .replace(b">", b"\\u003e")
-            .replace(b"&", b"\\u0026")
-            .replace(_LS, b"\\u2028")
-            .replace(_PS, b"\\u2029")
-        )
-    return data

@@ -1,22 +1,21 @@
 """End-to-end fixtures: the real local services and one shared Spark session.
 
-Services come from ``python -m applier.services`` (Kafka 4.3 in KRaft mode from Maven Central, MariaDB and
+Services come from ``python -m applier.devtools.services`` (Kafka 4.3 in KRaft mode from Maven Central, MariaDB and
 PostgreSQL from Debian). What this session starts, it stops at the end; services that were already running
 (for example started by .ci/run) are left running for their owner to stop.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from applier import services
+from applier.devtools import services
+from tests.e2e.helpers import _MADE, made_topic, target_url
 
 
 def _topics(bootstrap: str) -> set[str]:
@@ -38,16 +37,6 @@ def _delete_topics(bootstrap: str, topics: set[str]) -> None:
             fut.result(90)
         except Exception as exc:  # report, do not fail the session over clean-up
             print(f"could not delete test topic {name}: {exc}", file=sys.stderr)
-
-
-# Name parts of the topics this session made: every test topic carries its `unique` token (or is registered by
-# name). Only those are deleted at the end: another pytest session on the same broker keeps its topics.
-_MADE: set[str] = set()
-
-
-def made_topic(name_or_token: str) -> None:
-    """Register a topic (or a token in its name) this session created, for deletion at the end."""
-    _MADE.add(name_or_token)
 
 
 def _wanted() -> set[str]:
@@ -96,10 +85,6 @@ def unique() -> str:
     return token
 
 
-def target_url(urls, target: str) -> str:
-    return urls.mariadb_url if target == "mariadb" else urls.pg_url
-
-
 @pytest.fixture
 def drop_schema(urls):
     made: list[tuple[str, str]] = []
@@ -114,48 +99,3 @@ def drop_schema(urls):
         eng.dispose()
 
 
-def config(urls, target: str, protocol: str, topic: str, schema: str, ckpt: Path, **pipeline) -> dict:
-    return {
-        "pipeline": {"name": f"p-{topic}", "checkpoint_dir": str(ckpt), **pipeline},
-        "source": {"bootstrap_servers": urls.kafka, "topics": [topic], "protocol": protocol},
-        "target": {"url": target_url(urls, target)},
-        "route": [{"match": "shop.*", "schema": schema}, {"match": "shop.audit_*", "ignore": True}],
-    }
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # JSON string escapes are valid TOML basic-string escapes
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML form for {v!r}")
-
-
-def write_toml(path: Path, cfg: dict) -> Path:
-    """A config dict (as :func:`config` builds it) as a TOML file, for tests that run the ``applier`` CLI."""
-    out: list[str] = []
-
-    def table(name: str, data: dict) -> None:
-        out.append(f"[{name}]")
-        subs = []
-        for k, v in data.items():
-            if isinstance(v, dict):
-                subs.append((k, v))
-            else:
-                out.append(f"{json.dumps(k)} = {_toml_value(v)}")
-        for k, v in subs:
-            table(f"{name}.{k}", v)
-
-    for section, data in cfg.items():
-        if isinstance(data, list):
-            for item in data:
-                out.append(f"[[{section}]]")
-                out.extend(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in item.items())
-        else:
-            table(section, data)
-    path.write_text("\n".join(out) + "\n")
-    return path

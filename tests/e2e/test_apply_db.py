@@ -16,50 +16,13 @@ from sqlalchemy import create_engine, select, text
 from applier import migrate
 from applier import progress as P
 from applier.codecs import get_decoder
-from applier.codecs.open import encode_open, encode_open_batch
-from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange, SourcePosition
+from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 from applier.processor import BatchProcessor
 from applier.progress import ProgressStore
 from applier.sinks import ApplyError
-from tests.e2e.conftest import target_url
+from tests.e2e.helpers import POS, TOPIC, Feed, processor, target_url
 
 pytestmark = pytest.mark.e2e
-
-TOPIC = "t"
-POS = SourcePosition(TOPIC, 0, 0)
-
-
-class Feed:
-    """Encodes events as TiCDC Open Protocol messages on one partition, with increasing offsets."""
-
-    def __init__(self) -> None:
-        self.offset = 0
-
-    def msgs(self, *events, batch: int = 1) -> list[KafkaMessage]:
-        out = []
-        evs = list(events)
-        i = 0
-        while i < len(evs):
-            group = [evs[i]]
-            if isinstance(evs[i], RowChange):
-                while len(group) < batch and i + len(group) < len(evs) and isinstance(evs[i + len(group)], RowChange):
-                    group.append(evs[i + len(group)])
-            k, v = encode_open_batch(group) if len(group) > 1 else encode_open(group[0])
-            out.append(KafkaMessage(TOPIC, 0, self.offset, k, v))
-            self.offset += 1
-            i += len(group)
-        return out
-
-
-def processor(engine, name: str, route, **kw) -> BatchProcessor:
-    migrate.upgrade(engine)
-    store = ProgressStore(name, "open")
-    store.claim(engine)
-    with engine.connect() as c:
-        state = store.load(c)
-    return BatchProcessor(engine=engine, decoder=get_decoder("open"), route=route, store=store, state=state,
-                          partitions=[(TOPIC, 0)], **kw)
-
 
 @pytest.fixture(params=["mariadb", "postgres"])
 def target(request, urls, unique, drop_schema):
@@ -88,7 +51,7 @@ def test_identifiers_from_upstream_are_quoted(target, unique) -> None:
                   RowChange("up", WEIRD_TABLE, 103, Op.DELETE, {"id": 2, WEIRD_COL: "b"}, None, cols, POS),
                   Resolved(200, POS))
     proc.process(msgs)
-    from applier.verify import read_table
+    from applier.devtools.verify import read_table
     rows = read_table(engine, schema, WEIRD_TABLE)
     assert rows == {(1,): {"id": 1, WEIRD_COL: "'); DROP --"}}
 
@@ -178,7 +141,7 @@ def test_ungated_replay_of_a_unique_key_swap_applies_in_replace_mode(target, uni
     """No commit ts (canal-json without the TiDB extension): a re-sent older insert can arrive while another
     row holds its unique value. Without clearing unique-key holders first, PostgreSQL refused the batch
     (UniqueViolation) and MariaDB's ON DUPLICATE KEY UPDATE overwrote the wrong row."""
-    from applier.codecs.canal_json import encode_canal_json
+    from applier.devtools.encoders.canal_json import encode_canal_json
 
     kind, engine, schema = target
     cols = (Column("id", "int", nullable=False, key=True), Column("email", "varchar", unique=True))
@@ -206,5 +169,5 @@ def test_ungated_replay_of_a_unique_key_swap_applies_in_replace_mode(target, uni
                           route=lambda s, t: (schema, t), store=store, state=state, partitions=[(TOPIC, 0)])
     for lo, hi in ((0, 6), (6, 7), (7, 12)):
         proc.process(msgs[lo:hi])
-    from applier.verify import read_table
+    from applier.devtools.verify import read_table
     assert read_table(engine, schema, "u") == {(1,): a_y, (2,): b_x}

@@ -25,9 +25,9 @@ from sqlalchemy import create_engine, inspect
 
 from applier.config import ConfigError, parse_config
 from applier.pipeline import run
-from applier.verify import compare_tables
-from applier.workload import generate, produce
-from tests.e2e.conftest import config, target_url, write_toml
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import generate, produce
+from tests.e2e.helpers import config, target_url, write_toml
 
 pytestmark = pytest.mark.e2e
 
@@ -186,7 +186,7 @@ def test_spark_submit_client_mode(urls, cluster, unique, drop_schema, tmp_path) 
     import pyspark
 
     import applier
-    from applier.services import spark_kafka_jars
+    from applier.devtools.services import spark_kafka_jars
 
     topic = f"e2e-submit-{unique}"
     schema = f"shop_{unique}"

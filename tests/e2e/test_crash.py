@@ -15,14 +15,11 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from applier import progress as P
-from applier.verify import compare_tables
-from applier.workload import generate, produce
-from tests.e2e.conftest import config, target_url, write_toml
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import generate, produce
+from tests.e2e.helpers import REPO, config, target_url, write_toml
 
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 def batches_done(engine, name: str) -> int:
     try:

@@ -10,8 +10,7 @@ from applier import progress as P
 from applier.events import DDL, Column, Op, Resolved, RowChange
 from applier.routing import Router, Rule
 from applier.sinks import ApplyError
-from tests.e2e.conftest import target_url
-from tests.e2e.test_apply_db import POS, Feed, processor
+from tests.e2e.helpers import Feed, POS, processor, target_url
 
 pytestmark = pytest.mark.e2e
 

@@ -19,10 +19,9 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from applier import progress as P
-from applier.verify import compare_tables
-from applier.workload import generate, produce
-from tests.e2e.conftest import config, write_toml
-from tests.e2e.test_crash import REPO
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import generate, produce
+from tests.e2e.helpers import REPO, config, write_toml
 
 pytestmark = pytest.mark.e2e
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine
 
-from applier.verify import compare_tables
-from applier.workload import generate
-from tests.e2e.conftest import made_topic
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import generate
+from tests.e2e.helpers import made_topic
 
 pytestmark = pytest.mark.e2e
 

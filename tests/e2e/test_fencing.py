@@ -24,11 +24,9 @@ from applier.config import parse_config
 from applier.events import DDL, Column, Op, Resolved, RowChange
 from applier.pipeline import run
 from applier.progress import NotClaimed, ProgressStore, WriterFenced
-from applier.verify import compare_tables, read_table
-from applier.workload import generate, produce
-from tests.e2e.conftest import config, target_url, write_toml
-from tests.e2e.test_apply_db import POS, Feed, processor
-from tests.e2e.test_crash import REPO
+from applier.devtools.verify import compare_tables, read_table
+from applier.devtools.changefeed import generate, produce
+from tests.e2e.helpers import Feed, POS, REPO, config, processor, target_url, write_toml
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 """Every other protocol through real Kafka and Spark into real MariaDB and PostgreSQL (issue 4).
 
-Each case writes a generated TiCDC changefeed (:mod:`applier.workload`: 3 partitions, CREATE TABLE + ALTER TABLE
+Each case writes a generated TiCDC changefeed (:mod:`applier.devtools.changefeed`: 3 partitions, CREATE TABLE + ALTER TABLE
 ADD COLUMN mid-stream, PK-changing updates as delete + insert, unique-key swaps, deletes, an ignored table,
 TiCDC-restart replays) and runs the pipeline until caught up on the shared Spark session; the target must equal
 the upstream state row for row.
@@ -28,14 +28,14 @@ import pytest
 from sqlalchemy import create_engine, inspect, select
 
 from applier import progress as P
-from applier import services
+from applier.devtools import services
 from applier.config import parse_config
 from applier.events import DecodeError
 from applier.pipeline import run
 from applier.sinks import ApplyError
-from applier.verify import compare_tables
-from applier.workload import apply_target_ddl, generate, produce
-from tests.e2e.conftest import config, target_url
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import apply_target_ddl, generate, produce
+from tests.e2e.helpers import config, target_url
 
 pytestmark = pytest.mark.e2e
 
@@ -239,9 +239,9 @@ def test_replay_cut_by_a_batch_boundary_keeps_the_row(urls, spark, unique, drop_
     it; the first micro-batch ends between the replayed delete and the replayed insert. The first batch applies
     T2 and then the replayed delete (same commit ts, later offset); the second drops the replayed insert as
     already applied. Upstream has the row; the replica loses it. One partition, so the batches are exact."""
-    from applier.codecs.simple import encode_simple
+    from applier.devtools.encoders.simple import encode_simple
     from applier.events import DDL as DDLEvent, Column, Op, Resolved, RowChange, SourcePosition, TableSchema
-    from applier.workload import tso
+    from applier.devtools.changefeed import tso
 
     topic = f"e2e-replaycut-{unique}"
     schema = f"shop_{unique}"

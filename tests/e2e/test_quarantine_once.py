@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from applier import migrate
 from applier import progress as P
 from applier.events import KafkaMessage
-from tests.e2e.conftest import target_url
+from tests.e2e.helpers import target_url
 
 pytestmark = pytest.mark.e2e
 

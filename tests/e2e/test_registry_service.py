@@ -1,5 +1,5 @@
 """The real schema registry (Apicurio Registry from Maven Central, Confluent-compatible API) started by
-``applier.services``: register schemas, fetch them by id through applier.codecs.registry, and run the Avro
+``applier.devtools.services``: register schemas, fetch them by id through applier.codecs.registry, and run the Avro
 codec through it.
 
 Only the registry is started here (not Kafka or the databases). If this session started it, it stops it at
@@ -15,10 +15,11 @@ from decimal import Decimal
 
 import pytest
 
-from applier import services
+from applier.devtools import services
 from applier.codecs import get_decoder
-from applier.codecs.avro import AvroDecoder, AvroEncoder, ColumnSpec
+from applier.codecs.avro import AvroDecoder
 from applier.codecs.registry import RegistryClient, RegistryError, SchemaNotFound
+from applier.devtools.encoders.avro import AvroEncoder, ColumnSpec
 from applier.events import Column, DecodeError, KafkaMessage, Op, RowChange, SourcePosition
 
 pytestmark = pytest.mark.e2e

@@ -14,9 +14,9 @@ from sqlalchemy import create_engine, select, text
 from applier import progress as P
 from applier.config import parse_config
 from applier.pipeline import run
-from applier.verify import compare_tables
-from applier.workload import generate, produce
-from tests.e2e.conftest import config, target_url
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import generate, produce
+from tests.e2e.helpers import config, target_url
 
 pytestmark = pytest.mark.e2e
 

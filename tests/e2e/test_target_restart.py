@@ -11,11 +11,10 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from applier import progress as P
-from applier import services
-from applier.verify import compare_tables
-from applier.workload import generate, produce
-from tests.e2e.conftest import config, target_url, write_toml
-from tests.e2e.test_crash import REPO
+from applier.devtools import services
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import generate, produce
+from tests.e2e.helpers import REPO, config, target_url, write_toml
 
 pytestmark = pytest.mark.e2e
 

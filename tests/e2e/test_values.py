@@ -25,15 +25,16 @@ import orjson
 import pytest
 from sqlalchemy import create_engine
 
-from applier import migrate, services
+from applier import migrate
 from applier.codecs import get_decoder
 from applier.codecs import types as T
 from applier.ddl import translate
-from applier.events import Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition, TableSchema
+from applier.devtools import services
+from applier.events import Column, KafkaMessage, Op, Resolved, RowChange, SourcePosition, TableSchema
 from applier.processor import BatchProcessor
 from applier.progress import ProgressStore
 from applier.sinks.base import VERBATIM
-from tests.e2e.conftest import target_url
+from tests.e2e.helpers import target_url
 
 pytestmark = pytest.mark.e2e
 
@@ -185,8 +186,8 @@ class Feed:
         self.offset = 0
         self.registry = None
         if protocol == "avro":
-            from applier.codecs.avro import AvroEncoder
-            from applier.codecs.registry import InMemoryRegistry
+            from applier.devtools.encoders.avro import AvroEncoder
+            from applier.devtools.encoders.registry import InMemoryRegistry
 
             self.registry = InMemoryRegistry()
             self.avro = AvroEncoder(self.registry, column_specs={f"{UP_SCHEMA}.{table}": avro_specs or {}})
@@ -213,7 +214,7 @@ class Feed:
 
     def bootstrap(self) -> list[KafkaMessage]:
         if self.protocol.startswith("simple"):
-            from applier.codecs.simple import encode_simple
+            from applier.devtools.encoders.simple import encode_simple
 
             return [self._msg(*encode_simple(self.table_schema, encoding_format=self.protocol[7:], build_ts_ms=0))]
         return []
@@ -223,20 +224,20 @@ class Feed:
         if isinstance(ev, Resolved) and p in ("debezium", "avro"):
             return []  # ungated by default: no watermark in the stream
         if p == "open":
-            from applier.codecs.open import encode_open
+            from applier.devtools.encoders.open import encode_open
 
             return [self._msg(*encode_open(ev))]
         if p == "canal-json":
-            from applier.codecs.canal_json import encode_canal_json
+            from applier.devtools.encoders.canal_json import encode_canal_json
 
             return [self._msg(*encode_canal_json(ev, build_ts_ms=0))]
         if p.startswith("simple"):
-            from applier.codecs.simple import encode_simple
+            from applier.devtools.encoders.simple import encode_simple
 
             return [self._msg(*encode_simple(ev, encoding_format=p[7:], table_schema=self.table_schema,
                                              build_ts_ms=0))]
         if p == "debezium":
-            from applier.codecs.debezium import encode_debezium
+            from applier.devtools.encoders.debezium import encode_debezium
 
             return [self._msg(*encode_debezium(ev, enable_tidb_extension=True, field_types=self.full_types,
                                                ts_ms=0))]
@@ -250,7 +251,7 @@ class Feed:
 
 
 def avro_specs() -> dict:
-    from applier.codecs.avro import ColumnSpec
+    from applier.devtools.encoders.avro import ColumnSpec
 
     return {"dc": ColumnSpec(precision=65, scale=30), "dm": ColumnSpec(precision=10, scale=2),
             "e": ColumnSpec(allowed=ENUM_MEMBERS), "st": ColumnSpec(allowed=SET_MEMBERS),
@@ -528,7 +529,7 @@ def test_updates_and_deletes_find_rows_by_keys_of_adapted_types(target, unique, 
     adapt_keys applies the same conversions as adapt_rows)."""
     kind, engine, schema = target
     create_table(kind, engine, schema, "keyed", KEYED_DDL)
-    from applier.codecs.avro import ColumnSpec
+    from applier.devtools.encoders.avro import ColumnSpec
 
     feed = Feed(protocol, "keyed", KEYED_COLUMNS, KEYED_TYPES,
                 {"ke": ColumnSpec(allowed=KEYED_ENUM), "kb": ColumnSpec(length=10)})
@@ -559,7 +560,7 @@ def test_updates_and_deletes_find_rows_by_keys_of_adapted_types(target, unique, 
 def test_debezium_decimal_at_the_column_maximum_rounds_beyond_the_column() -> None:
     """DECIMAL(65,30)'s largest value travels as float64 1e35, one digit wider than the column: once decoded,
     the target refuses such a row (the pipeline stops naming it). Documented in docs/value-rules.md."""
-    from applier.codecs.debezium import encode_debezium
+    from applier.devtools.encoders.debezium import encode_debezium
 
     top = Decimal("9" * 35 + "." + "9" * 30)
     cols = (Column("id", "int", nullable=False, key=True), Column("dc", "decimal"))

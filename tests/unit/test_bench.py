@@ -1,4 +1,4 @@
-"""The benchmark's argument parsing and pure helpers (no services); the run itself is ``python -m applier.bench``."""
+"""The benchmark's argument parsing and pure helpers (no services); the run itself is ``python -m applier.devtools.bench``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from applier import bench
-from applier.bench import StageClock, descendants, parse_args, parse_mix, ratio, rate, stage_split, tsv_line, tsv_value
+from applier.devtools import bench
+from applier.devtools.bench import StageClock, descendants, parse_args, parse_mix, ratio, rate, stage_split, tsv_line, tsv_value
 
 
 def test_defaults_and_counts() -> None:
@@ -86,7 +86,7 @@ def test_bench_workload_expected_state_matches_its_own_stream() -> None:
     compare with the generator's checksums: the expected state is right, replays included."""
     from applier.codecs import get_decoder
     from applier.events import KafkaMessage, Op, RowChange
-    from applier.workload import bench_checksum, generate_bench
+    from applier.devtools.bench_stream import bench_checksum, generate_bench
 
     for protocol in ("open", "canal-json"):
         wl = generate_bench(protocol, tables=3, partitions=2, events=3000, big_txn_rows=500, seed=5,

@@ -1,7 +1,7 @@
 """TiCDC flat Avro codec (Confluent framing): golden schemas, every type, round trips, malformed input, fuzzing.
 
 Registry: an :class:`InMemoryRegistry` (pure logic, same semantics as the Confluent API). The real registry
-(Apicurio, started by applier.services) is exercised in tests/e2e/test_registry_service.py.
+(Apicurio, started by applier.devtools.services) is exercised in tests/e2e/test_registry_service.py.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 
 from applier.codecs import Decoder, get_decoder, protocols
 from applier.codecs import avro as A
-from applier.codecs.registry import InMemoryRegistry, RegistryClient, RegistryError, RegistryUnavailable
+from applier.codecs.registry import RegistryClient, RegistryError, RegistryUnavailable
+from applier.devtools.encoders import avro as AE
+from applier.devtools.encoders.registry import InMemoryRegistry
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.test_codec_types import VALUE_STRATEGIES, values_equal
+from tests.unit.helpers import VALUE_STRATEGIES, values_equal
 
 POS = SourcePosition("shop_orders", 2, 77)
 WHERE = "topic=shop_orders partition=2 offset=77"
@@ -54,7 +56,7 @@ ORDERS_COLS = (
     Column("note", "text"),
     Column("created", "datetime", nullable=False),
 )
-ORDER_SPECS = {"shop.orders": {"amount": A.ColumnSpec(precision=14, scale=2)}}
+ORDER_SPECS = {"shop.orders": {"amount": AE.ColumnSpec(precision=14, scale=2)}}
 
 
 def order(op: Op, before=None, after=None, ts: int = TS) -> RowChange:
@@ -70,9 +72,9 @@ def reg() -> InMemoryRegistry:
     return InMemoryRegistry()
 
 
-def encoder(reg, **kw) -> A.AvroEncoder:
+def encoder(reg, **kw) -> AE.AvroEncoder:
     kw.setdefault("column_specs", ORDER_SPECS)
-    return A.AvroEncoder(reg, **kw)
+    return AE.AvroEncoder(reg, **kw)
 
 
 def decode_all(dec, messages, start: int = 77):
@@ -155,7 +157,7 @@ def all_types_specs(type_table: dict) -> dict:
     for e in type_table["columns"]:
         if e["elems"]:
             for n in (e["column"], e["column"] + "nullable"):
-                specs[n] = A.ColumnSpec(allowed=tuple(e["elems"]))
+                specs[n] = AE.ColumnSpec(allowed=tuple(e["elems"]))
     return {"testdb.avroencode": specs}
 
 
@@ -164,17 +166,17 @@ def all_types_specs(type_table: dict) -> dict:
     (True, "expectedSchemaWithExtension.avsc"),
 ])
 def test_generated_value_schema_equals_tiflow_golden(vectors, type_table, reg, extension, golden):
-    enc = A.AvroEncoder(reg, enable_tidb_extension=extension, column_specs=all_types_specs(type_table))
+    enc = AE.AvroEncoder(reg, enable_tidb_extension=extension, column_specs=all_types_specs(type_table))
     expected = json.loads((vectors / "avro" / golden).read_text())
     assert enc.value_schema(all_types_row(type_table)) == expected
 
 
 def test_column_schemas_match_the_type_table_in_every_mode(type_table, reg):
-    default = A.AvroEncoder(reg)
+    default = AE.AvroEncoder(reg)
     overrides = {o["column"]: o for o in type_table["overrides"]}
-    string_mode = A.AvroEncoder(reg, decimal_mode="string", bigint_unsigned_mode="string")
+    string_mode = AE.AvroEncoder(reg, decimal_mode="string", bigint_unsigned_mode="string")
     for e in type_table["columns"]:
-        spec = A.ColumnSpec(allowed=tuple(e["elems"])) if e["elems"] else None
+        spec = AE.ColumnSpec(allowed=tuple(e["elems"])) if e["elems"] else None
         col = vector_column(e, False)
         assert default.column_type(col, spec) == e["expectedAvroSchema"], e["column"]
         if e["column"] in overrides:
@@ -184,7 +186,7 @@ def test_column_schemas_match_the_type_table_in_every_mode(type_table, reg):
 
 
 def test_key_schema_holds_only_the_handle_key(reg, type_table):
-    enc = A.AvroEncoder(reg, column_specs=all_types_specs(type_table))
+    enc = AE.AvroEncoder(reg, column_specs=all_types_specs(type_table))
     ks = enc.key_schema(all_types_row(type_table))
     assert ks == {"type": "record", "name": "avroencode", "namespace": "default.testdb",
                   "fields": [{"name": "id", "type": {"type": "int", "connect.parameters": {"tidb_type": "INT"}}}]}
@@ -246,9 +248,9 @@ def test_type_cases_cover_the_vector_table(type_table):
 @pytest.mark.parametrize("mode", ["default", "string"])
 def test_every_vector_type_round_trips(type_table, reg, mode):
     specs = all_types_specs(type_table)["testdb.avroencode"]
-    specs["decimal"] = specs["decimalnullable"] = A.ColumnSpec(precision=14, scale=7)
+    specs["decimal"] = specs["decimalnullable"] = AE.ColumnSpec(precision=14, scale=7)
     kw = {"decimal_mode": "string", "bigint_unsigned_mode": "string"} if mode == "string" else {}
-    enc = A.AvroEncoder(reg, column_specs={"testdb.avroencode": specs}, **kw)
+    enc = AE.AvroEncoder(reg, column_specs={"testdb.avroencode": specs}, **kw)
     base = all_types_row(type_table)
     after = {"id": 7}
     for e in type_table["columns"]:
@@ -289,7 +291,7 @@ def test_extreme_values(reg):
     cols = (Column("id", "bigint", nullable=False, key=True, unsigned=True), Column("i", "int", unsigned=True),
             Column("b", "bit"), Column("d", "decimal"), Column("f", "float"), Column("t", "time"),
             Column("z", "date"), Column("zz", "datetime"), Column("s", "bigint"))
-    specs = {"s.t": {"d": A.ColumnSpec(precision=65, scale=30), "b": A.ColumnSpec(length=64)}}
+    specs = {"s.t": {"d": AE.ColumnSpec(precision=65, scale=30), "b": AE.ColumnSpec(length=64)}}
     rows = [
         {"id": 2**64 - 1, "i": 2**32 - 1, "b": 2**64 - 1, "d": Decimal("-" + "9" * 35 + "." + "9" * 30),
          "f": 3.4028234663852886e38, "t": -dt.timedelta(hours=838, minutes=59, seconds=59), "z": "0000-00-00",
@@ -298,7 +300,7 @@ def test_extreme_values(reg):
          "z": dt.date(1, 1, 1), "zz": dt.datetime(9999, 12, 31, 23, 59, 59, 999999), "s": 2**63 - 1},
     ]
     for mode in ("long", "string"):
-        enc = A.AvroEncoder(reg, bigint_unsigned_mode=mode, column_specs=specs)
+        enc = AE.AvroEncoder(reg, bigint_unsigned_mode=mode, column_specs=specs)
         dec = A.AvroDecoder(registry=reg)
         for after in rows:
             [(k, v)] = enc.encode(RowChange("s", "t", 5, Op.INSERT, None, after, cols, POS), "s_t")
@@ -306,7 +308,7 @@ def test_extreme_values(reg):
             for c in cols:
                 assert values_equal(c.type_name, ev.after[c.name], after[c.name]), (c.name, ev.after[c.name])
     # the uint64 bit pattern on the wire in long mode: 2**64-1 is written as -1 (TiCDC's int64(uint64))
-    enc = A.AvroEncoder(reg, column_specs=specs)
+    enc = AE.AvroEncoder(reg, column_specs=specs)
     [(k, v)] = enc.encode(RowChange("s", "t", 5, Op.INSERT, None, rows[0], cols, POS), "s_t")
     key_schema = enc.key_schema(RowChange("s", "t", 5, Op.INSERT, None, rows[0], cols, POS))
     assert raw_datum(key_schema, k[5:]) == {"id": -1}
@@ -422,12 +424,12 @@ def test_watermark_messages_need_the_option(reg):
 
 def test_table_without_key(reg):
     cols = (Column("a", "int"), Column("b", "varchar"))
-    enc, dec = A.AvroEncoder(reg), A.AvroDecoder(registry=reg)
+    enc, dec = AE.AvroEncoder(reg), A.AvroDecoder(registry=reg)
     [(k, v)] = enc.encode(RowChange("s", "nokey", 9, Op.INSERT, None, {"a": 1, "b": "x"}, cols, POS), "s_nokey")
     assert k is None
     [ev] = dec.decode(msg(None, v))
     assert ev.after == {"a": 1, "b": "x"} and not any(c.key for c in ev.columns)
-    with pytest.raises(A.AvroEncodeError, match="without a key"):
+    with pytest.raises(AE.AvroEncodeError, match="without a key"):
         enc.encode(RowChange("s", "nokey", 9, Op.DELETE, {"a": 1, "b": "x"}, None, cols, POS), "s_nokey")
 
 
@@ -437,9 +439,9 @@ def test_names_are_sanitized_like_ticdc(reg):
     assert A.sanitize_name("表1") == "_1"
     assert A.sanitize_name("a表b") == "a_b"
     assert A.sanitize_name("ok_Name9") == "ok_Name9"
-    assert A.sanitize_topic("a.b.c") == "a_b_c"
+    assert AE.sanitize_topic("a.b.c") == "a_b_c"
     cols = (Column("my id", "int", nullable=False, key=True), Column("2nd", "varchar"))
-    enc, dec = A.AvroEncoder(reg, namespace="ns-1"), A.AvroDecoder(registry=reg)
+    enc, dec = AE.AvroEncoder(reg, namespace="ns-1"), A.AvroDecoder(registry=reg)
     [(k, v)] = enc.encode(RowChange("my-db", "my.table", 9, Op.INSERT, None, {"my id": 1, "2nd": "x"}, cols, POS),
                           "my-db.my.table")
     assert reg.latest_version("my-db_my_table-value").id == struct.unpack(">I", v[1:5])[0]
@@ -470,7 +472,7 @@ def test_decimal_and_bigint_mode_expectations(reg):
     with pytest.raises(DecodeError, match="decimal_mode is precise"):
         A.AvroDecoder(registry=reg, decimal_mode="precise").decode(msg(k, v))
     cols = (Column("id", "bigint", nullable=False, key=True, unsigned=True),)
-    [(k, v)] = A.AvroEncoder(reg, bigint_unsigned_mode="string").encode(
+    [(k, v)] = AE.AvroEncoder(reg, bigint_unsigned_mode="string").encode(
         RowChange("s", "u", 1, Op.INSERT, None, {"id": 2**64 - 1}, cols, POS), "s_u")
     with pytest.raises(DecodeError, match="bigint_unsigned_mode is long"):
         A.AvroDecoder(registry=reg, bigint_unsigned_mode="long").decode(msg(k, v))
@@ -480,15 +482,15 @@ def test_decimal_and_bigint_mode_expectations(reg):
 
 def test_encoder_refuses_what_ticdc_could_not_send(reg):
     enc = encoder(reg)
-    with pytest.raises(A.AvroEncodeError, match="more than 2 fractional digits"):
+    with pytest.raises(AE.AvroEncodeError, match="more than 2 fractional digits"):
         enc.encode(order(Op.INSERT, None, dict(ROW1, amount=Decimal("1.234"))), "t")
-    with pytest.raises(A.AvroEncodeError, match="NOT NULL"):
+    with pytest.raises(AE.AvroEncodeError, match="NOT NULL"):
         enc.encode(order(Op.INSERT, None, dict(ROW1, customer=None)), "t")
-    with pytest.raises(A.AvroEncodeError, match="no TiCDC Avro mapping"):
+    with pytest.raises(AE.AvroEncodeError, match="no TiCDC Avro mapping"):
         enc.encode(RowChange("s", "g", 1, Op.INSERT, None, {"g": b""}, (Column("g", "geometry"),), POS), "t")
-    with pytest.raises(A.AvroEncodeError, match="ordinals need"):
+    with pytest.raises(AE.AvroEncodeError, match="ordinals need"):
         enc.encode(RowChange("s", "e", 1, Op.INSERT, None, {"e": 1}, (Column("e", "enum"),), POS), "t")
-    with pytest.raises(A.AvroEncodeError, match="enable_watermark"):
+    with pytest.raises(AE.AvroEncodeError, match="enable_watermark"):
         enc.encode_resolved(1)
 
 
@@ -592,7 +594,7 @@ def test_key_value_disagreement(reg, good):
     expect_error(A.AvroDecoder(registry=reg), k2, v, "key column 'id'")
     other = RowChange("shop", "other", 1, Op.INSERT, None, {"id": 1}, (Column("id", "int", nullable=False,
                                                                              key=True),), POS)
-    [(k3, _)] = A.AvroEncoder(reg).encode(other, "shop.other")
+    [(k3, _)] = AE.AvroEncoder(reg).encode(other, "shop.other")
     expect_error(A.AvroDecoder(registry=reg), k3, v, "shop.other", "shop.orders")
 
 
@@ -680,7 +682,7 @@ def test_registry_unreachable_is_a_clear_error_not_a_decode_error(good):
     text = str(ei.value)
     assert not isinstance(ei.value, DecodeError)
     assert f"http://127.0.0.1:{port}" in text and "schema id" in text and "2 attempts" in text
-    assert WHERE in text and "applier.services start --only registry" in text
+    assert WHERE in text and "applier.devtools.services start --only registry" in text
     assert "s3cret" not in text and "s3cret" not in repr(dec)
 
 
@@ -709,14 +711,14 @@ def typed_rows(draw):
         cols.append(Column(name, t, nullable=nullable, unsigned=unsigned, binary=binary))
         if t == "enum":
             strat = st.sampled_from(ENUM_MEMBERS)
-            specs[name] = A.ColumnSpec(allowed=ENUM_MEMBERS)
+            specs[name] = AE.ColumnSpec(allowed=ENUM_MEMBERS)
         elif t == "set":
             strat = st.sampled_from(["", "a", "a,d'e"])
-            specs[name] = A.ColumnSpec(allowed=ENUM_MEMBERS)
+            specs[name] = AE.ColumnSpec(allowed=ENUM_MEMBERS)
         else:
             strat = VALUE_STRATEGIES[(t, unsigned)]
             if t == "decimal":
-                specs[name] = A.ColumnSpec(precision=30, scale=6)
+                specs[name] = AE.ColumnSpec(precision=30, scale=6)
         after[name] = draw(st.none() if nullable and draw(st.booleans()) else strat)
     op = draw(st.sampled_from([Op.INSERT, Op.UPDATE, Op.DELETE]))
     ts = draw(st.integers(0, 2**63 - 1))
@@ -730,7 +732,7 @@ def typed_rows(draw):
 def test_round_trip_property(case, decimal_mode, before_value):
     row, specs = case
     reg = InMemoryRegistry()
-    enc = A.AvroEncoder(reg, decimal_mode=decimal_mode, include_before_value=before_value, column_specs=specs)
+    enc = AE.AvroEncoder(reg, decimal_mode=decimal_mode, include_before_value=before_value, column_specs=specs)
     [(k, v)] = enc.encode(row, "db.t")
     [ev] = A.AvroDecoder(registry=reg).decode(msg(k, v))
     assert (ev.schema, ev.table) == ("db", "t")

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from applier.codecs import Decoder, get_decoder
 from applier.codecs import canal_json as C
 from applier.codecs import types as T
+from applier.devtools.encoders import canal_json as CE
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, mutate_bytes
+from tests.unit.helpers import VALUE_STRATEGIES, assert_same_row, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -68,13 +69,13 @@ def test_extension_golden_messages_decode(vectors, dec):
 
 def test_extension_golden_messages_encode(vectors):
     watermark, ddl = _lines(vectors / "canal-json" / "canal_json_extension_golden.jsonl")
-    key, value = C.encode_canal_json(Resolved(ts=1024, position=POS), build_ts_ms=1469579899)
+    key, value = CE.encode_canal_json(Resolved(ts=1024, position=POS), build_ts_ms=1469579899)
     assert key is None
     got = orjson.loads(value)
     assert got == watermark["message"]
     assert list(got) == list(watermark["message"])  # same field order as TiCDC
     query = ddl["message"]["sql"]
-    key, value = C.encode_canal_json(
+    key, value = CE.encode_canal_json(
         DDL(schema="cdc", table="person", commit_ts=COMMIT_TS, query=query, position=POS, ddl_type=3),
         build_ts_ms=1469579899,
     )
@@ -82,7 +83,7 @@ def test_extension_golden_messages_encode(vectors):
     assert got == ddl["message"]  # es = commitTs >> 18 = 1591943372224
     assert list(got) == list(ddl["message"])
     # a canal DDL type name passes through unchanged
-    _, value = C.encode_canal_json(DDL("cdc", "person", COMMIT_TS, query, POS, "CREATE"), build_ts_ms=1)
+    _, value = CE.encode_canal_json(DDL("cdc", "person", COMMIT_TS, query, POS, "CREATE"), build_ts_ms=1)
     assert orjson.loads(value)["type"] == "CREATE"
 
 
@@ -183,7 +184,7 @@ def _column_table(vectors: Path):
 def _row_message(mysql_type, data, *, etype="INSERT", old=None, pk=("t",), commit_ts=COMMIT_TS):
     return {"id": 0, "database": "test", "table": "t", "pkNames": list(pk) or None, "isDdl": False,
             "type": etype, "es": commit_ts >> 18, "ts": 1, "sql": "",
-            "sqlType": {n: C.JAVA_VARCHAR for n in mysql_type}, "mysqlType": mysql_type,
+            "sqlType": {n: CE.JAVA_VARCHAR for n in mysql_type}, "mysqlType": mysql_type,
             "old": old, "data": data, "_tidb": {"commitTs": commit_ts}}
 
 
@@ -235,9 +236,9 @@ def test_mysql_type_expectations(vectors):
             base, unsigned = T.split_mysql_type(short)
             assert T.split_mysql_type(with_len) == (base, unsigned), c
             col = Column("c", base, unsigned=unsigned, binary=base in T.BINARY_TYPES)
-            assert C.mysql_type_string(col) == short.replace(" zerofill", ""), c
+            assert CE.mysql_type_string(col) == short.replace(" zerofill", ""), c
             for j in c.get("javaSQLType", []):
-                assert C.java_sql_type(col, _go_value(j["goValue"])) == j["code"], (t["ddl"], c, j)
+                assert CE.java_sql_type(col, _go_value(j["goValue"])) == j["code"], (t["ddl"], c, j)
                 checked += 1
     assert checked >= 20
 
@@ -296,7 +297,7 @@ def test_watermark_zero_is_omitted_by_go_and_accepted(dec):
     m = {"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False, "type": "TIDB_WATERMARK",
          "es": 0, "ts": 0, "sql": "", "sqlType": None, "mysqlType": None, "data": None, "old": None, "_tidb": {}}
     assert dec.decode(jmsg(m)) == [Resolved(ts=0, position=POS)]
-    _, value = C.encode_canal_json(Resolved(0, POS), build_ts_ms=0)
+    _, value = CE.encode_canal_json(Resolved(0, POS), build_ts_ms=0)
     assert orjson.loads(value) == m
 
 
@@ -332,7 +333,7 @@ def row_changes(draw, op=None):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(row_changes())
 def test_round_trip_rows(e):
-    key, value = C.encode_canal_json(e)
+    key, value = CE.encode_canal_json(e)
     assert key is None
     (got,) = get_decoder("canal-json").decode(msg(value))
     assert_same_row(got, e, nullable=False)
@@ -351,24 +352,24 @@ def test_round_trip_every_type(spec, data):
             Column("c0", spec[0], unsigned=spec[1], binary=spec[0] in T.BINARY_TYPES))
     v = data.draw(VALUE_STRATEGIES[spec])
     e = RowChange("s", "t", 9, Op.INSERT, None, {"id": 1, "c0": v}, cols, POS)
-    (got,) = get_decoder("canal-json").decode(msg(C.encode_canal_json(e)[1]))
+    (got,) = get_decoder("canal-json").decode(msg(CE.encode_canal_json(e)[1]))
     assert_same_row(got, e, nullable=False)
 
 
 def test_encoder_value_formats():
     col = Column("c", "float")
-    assert C.format_value(col, T.float32(3.14)) == "3.14"
-    assert C.format_value(Column("c", "double"), 1e-7) == "0.0000001"
-    assert C.format_value(Column("c", "varbinary", binary=True), b"\x00\xff") == "\x00\xff"
-    assert C.format_value(Column("c", "varchar"), "测试") == "测试"
-    assert C.format_value(Column("c", "decimal"), Decimal("2333")) == "2333"
-    assert C.format_value(Column("c", "time"), dt.timedelta(hours=2, minutes=20, seconds=20)) == "02:20:20"
-    assert C.java_sql_type(Column("c", "tinyint", unsigned=True), 128) == C.JAVA_SMALLINT
-    assert C.java_sql_type(Column("c", "bigint", unsigned=True), 2**63) == C.JAVA_DECIMAL
-    assert C.java_sql_type(Column("c", "text"), "x") == C.JAVA_CLOB
-    assert C.java_sql_type(Column("c", "varchar", binary=True), b"x") == C.JAVA_BLOB
-    assert C.canal_ddl_type(4) == "ERASE" and C.canal_ddl_type(11) == "TRUNCATE" and C.canal_ddl_type(5) == "ALTER"
-    assert C.canal_ddl_type(7) == "CINDEX" and C.canal_ddl_type(14) == "RENAME" and C.canal_ddl_type(1) == "QUERY"
+    assert CE.format_value(col, T.float32(3.14)) == "3.14"
+    assert CE.format_value(Column("c", "double"), 1e-7) == "0.0000001"
+    assert CE.format_value(Column("c", "varbinary", binary=True), b"\x00\xff") == "\x00\xff"
+    assert CE.format_value(Column("c", "varchar"), "测试") == "测试"
+    assert CE.format_value(Column("c", "decimal"), Decimal("2333")) == "2333"
+    assert CE.format_value(Column("c", "time"), dt.timedelta(hours=2, minutes=20, seconds=20)) == "02:20:20"
+    assert CE.java_sql_type(Column("c", "tinyint", unsigned=True), 128) == CE.JAVA_SMALLINT
+    assert CE.java_sql_type(Column("c", "bigint", unsigned=True), 2**63) == CE.JAVA_DECIMAL
+    assert CE.java_sql_type(Column("c", "text"), "x") == CE.JAVA_CLOB
+    assert CE.java_sql_type(Column("c", "varchar", binary=True), b"x") == CE.JAVA_BLOB
+    assert CE.canal_ddl_type(4) == "ERASE" and CE.canal_ddl_type(11) == "TRUNCATE" and CE.canal_ddl_type(5) == "ALTER"
+    assert CE.canal_ddl_type(7) == "CINDEX" and CE.canal_ddl_type(14) == "RENAME" and CE.canal_ddl_type(1) == "QUERY"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -475,11 +476,11 @@ def _seeds() -> list[bytes]:
     vals = {"id": 1, "s": "测试", "b": b"\x00\xff", "d": Decimal("1.50"), "t": dt.datetime(2020, 1, 1, 1, 1, 1, 5),
             "tm": dt.timedelta(hours=-30), "u": 2**64 - 1, "e": 2}
     return [
-        C.encode_canal_json(RowChange("s", "t", 5, Op.INSERT, None, vals, cols, POS))[1],
-        C.encode_canal_json(RowChange("s", "t", 6, Op.UPDATE, dict(vals, s="old"), vals, cols, POS))[1],
-        C.encode_canal_json(RowChange("s", "t", 7, Op.DELETE, vals, None, cols, POS))[1],
-        C.encode_canal_json(DDL("s", "t", 8, "CREATE TABLE t (id int)", POS, 3))[1],
-        C.encode_canal_json(Resolved(9, POS))[1],
+        CE.encode_canal_json(RowChange("s", "t", 5, Op.INSERT, None, vals, cols, POS))[1],
+        CE.encode_canal_json(RowChange("s", "t", 6, Op.UPDATE, dict(vals, s="old"), vals, cols, POS))[1],
+        CE.encode_canal_json(RowChange("s", "t", 7, Op.DELETE, vals, None, cols, POS))[1],
+        CE.encode_canal_json(DDL("s", "t", 8, "CREATE TABLE t (id int)", POS, 3))[1],
+        CE.encode_canal_json(Resolved(9, POS))[1],
     ]
 
 
@@ -549,7 +550,7 @@ _NEW = {"id": 7, "name": "new", "amount": Decimal("1.50"), "flag": 1, "blob": b"
 
 def test_variant_without_tidb_extension():
     upd = RowChange("s", "t", COMMIT_TS, Op.UPDATE, _OLD, _NEW, _VCOLS, POS)
-    _, value = C.encode_canal_json(upd, enable_tidb_extension=False, build_ts_ms=1)
+    _, value = CE.encode_canal_json(upd, enable_tidb_extension=False, build_ts_ms=1)
     m = orjson.loads(value)
     assert "_tidb" not in m and m["es"] == COMMIT_TS >> 18  # es is still there, but only in milliseconds
     lenient = get_decoder("canal-json", require_tidb_extension=False)
@@ -559,20 +560,20 @@ def test_variant_without_tidb_extension():
     with pytest.raises(DecodeError, match="enable-tidb-extension=true"):
         get_decoder("canal-json").decode(msg(value))
     # DDL without the extension: commit ts 0 as well; watermarks do not exist without it
-    _, value = C.encode_canal_json(DDL("s", "t", COMMIT_TS, "TRUNCATE TABLE t", POS, 11),
+    _, value = CE.encode_canal_json(DDL("s", "t", COMMIT_TS, "TRUNCATE TABLE t", POS, 11),
                                    enable_tidb_extension=False)
     (d,) = lenient.decode(msg(value))
     assert (d.commit_ts, d.ddl_type, d.query) == (0, "TRUNCATE", "TRUNCATE TABLE t")
     with pytest.raises(ValueError, match="watermarks"):
-        C.encode_canal_json(Resolved(5, POS), enable_tidb_extension=False)
+        CE.encode_canal_json(Resolved(5, POS), enable_tidb_extension=False)
     # a message that does carry _tidb is still read exactly by the lenient decoder
-    (e,) = lenient.decode(msg(C.encode_canal_json(upd)[1]))
+    (e,) = lenient.decode(msg(CE.encode_canal_json(upd)[1]))
     assert e.commit_ts == COMMIT_TS
 
 
 def test_variant_only_output_updated_columns(dec):
     upd = RowChange("s", "t", COMMIT_TS, Op.UPDATE, _OLD, _NEW, _VCOLS, POS)
-    _, value = C.encode_canal_json(upd, only_output_updated_columns=True)
+    _, value = CE.encode_canal_json(upd, only_output_updated_columns=True)
     m = orjson.loads(value)
     assert m["old"] == [{"name": "old", "blob": "\x00\x01"}]  # only what changed
     assert m["data"] == [{"id": "7", "name": "new", "amount": "1.50", "flag": "1", "blob": "\x00\x02"}]
@@ -580,12 +581,12 @@ def test_variant_only_output_updated_columns(dec):
     assert e.before == _OLD and e.after == _NEW  # the untouched columns come from data
     # a no-op update: old is [{}]
     noop = RowChange("s", "t", COMMIT_TS, Op.UPDATE, dict(_NEW), _NEW, _VCOLS, POS)
-    _, value = C.encode_canal_json(noop, only_output_updated_columns=True)
+    _, value = CE.encode_canal_json(noop, only_output_updated_columns=True)
     assert orjson.loads(value)["old"] == [{}]
     (e,) = dec.decode(msg(value))
     assert e.op is Op.UPDATE and e.before == e.after == _NEW
     # default: old carries every column
-    assert list(orjson.loads(C.encode_canal_json(upd)[1])["old"][0]) == list(_OLD)
+    assert list(orjson.loads(CE.encode_canal_json(upd)[1])["old"][0]) == list(_OLD)
 
 
 def _ddl_column_specs(ddl: str) -> list[str]:
@@ -617,10 +618,10 @@ def test_variant_content_compatible_mysql_types(vectors):
             col = Column("c", base, unsigned=unsigned, binary=base in T.BINARY_TYPES)
             type_word = spec.split()[0]
             if "(" in type_word or "zerofill" in spec or type_word == "bool":
-                assert C.mysql_type_full(col, want) == want  # the real type passes through
+                assert CE.mysql_type_full(col, want) == want  # the real type passes through
                 explicit += 1
             else:
-                assert C.mysql_type_full(col) == want, (t["ddl"], spec)
+                assert CE.mysql_type_full(col) == want, (t["ddl"], spec)
                 defaults += 1
     assert defaults >= 30 and explicit >= 15
 
@@ -629,7 +630,7 @@ def test_variant_content_compatible_round_trip(dec):
     cols = _VCOLS + (Column("e", "enum"), Column("y", "year"), Column("b", "bit"))
     row = dict(_NEW, e=2, y=2024, b=5)
     upd = RowChange("s", "t", COMMIT_TS, Op.UPDATE, dict(row, name="old"), row, cols, POS)
-    _, value = C.encode_canal_json(upd, content_compatible=True,
+    _, value = CE.encode_canal_json(upd, content_compatible=True,
                                    mysql_types={"name": "varchar(32)", "e": "enum('a','b')", "b": "bit(3)"})
     m = orjson.loads(value)
     assert m["mysqlType"] == {"id": "int(10) unsigned", "name": "varchar(32)", "amount": "decimal(10,0)",
@@ -642,20 +643,20 @@ def test_variant_content_compatible_round_trip(dec):
     assert got["id"].unsigned and got["id"].type_name == "int" and got["blob"].binary
     assert got["e"].type_name == "enum" and got["b"].type_name == "bit"
     # the only-updated default can be overridden
-    _, value = C.encode_canal_json(upd, content_compatible=True, only_output_updated_columns=False)
+    _, value = CE.encode_canal_json(upd, content_compatible=True, only_output_updated_columns=False)
     assert list(orjson.loads(value)["old"][0]) == list(row)
 
 
 def test_variant_delete_only_handle_key_and_pre_5_4_delete_shape(dec):
     dele = RowChange("s", "t", COMMIT_TS, Op.DELETE, _OLD, None, _VCOLS, POS)
-    _, value = C.encode_canal_json(dele, delete_only_handle_key=True)
+    _, value = CE.encode_canal_json(dele, delete_only_handle_key=True)
     m = orjson.loads(value)
-    assert m["data"] == [{"id": "7"}] and m["sqlType"] == {"id": C.JAVA_INTEGER}
+    assert m["data"] == [{"id": "7"}] and m["sqlType"] == {"id": CE.JAVA_INTEGER}
     assert m["mysqlType"] == {"id": "int unsigned"} and m["old"] is None
     (e,) = dec.decode(msg(value))
     assert (e.op, e.before, e.after, e.key_columns) == (Op.DELETE, {"id": 7}, None, ("id",))
     # TiCDC before v5.4 repeated the deleted row in "old": an ordinary delete
-    _, value = C.encode_canal_json(dele, legacy_delete_old=True)
+    _, value = CE.encode_canal_json(dele, legacy_delete_old=True)
     m = orjson.loads(value)
     assert m["old"] == m["data"] and m["type"] == "DELETE"
     (e,) = dec.decode(msg(value))
@@ -665,7 +666,7 @@ def test_variant_delete_only_handle_key_and_pre_5_4_delete_shape(dec):
                           pk=("id",))
     assert [(e.op, e.before) for e in dec.decode(jmsg(legacy))] == [(Op.DELETE, {"id": 1}), (Op.DELETE, {"id": 2})]
     with pytest.raises(ValueError, match="no key column"):
-        C.encode_canal_json(RowChange("s", "t", 1, Op.DELETE, {"name": "x"}, None, _VCOLS[1:2], POS),
+        CE.encode_canal_json(RowChange("s", "t", 1, Op.DELETE, {"name": "x"}, None, _VCOLS[1:2], POS),
                             delete_only_handle_key=True)
 
 
@@ -677,7 +678,7 @@ def test_binary_values_map_one_byte_per_character(vectors, dec):
             Column("bl", "blob", binary=True), Column("bi", "binary", binary=True))
     utf8 = "测试Binary".encode()
     row = {"id": 1, "b": every_byte, "bl": utf8, "bi": b"\x00\x80\xff"}
-    _, value = C.encode_canal_json(RowChange("s", "t", COMMIT_TS, Op.INSERT, None, row, cols, POS))
+    _, value = CE.encode_canal_json(RowChange("s", "t", COMMIT_TS, Op.INSERT, None, row, cols, POS))
     data = orjson.loads(value)["data"][0]
     assert data["b"] == "".join(chr(i) for i in range(256))
     assert data["bl"] == utf8.decode("latin-1") and data["bi"] == "\x00\x80\xff"

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from applier.codecs import Decoder, get_decoder
 from applier.codecs import debezium as D
 from applier.codecs import types as T
+from applier.devtools.encoders import debezium as DE
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.test_codec_types import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, assert_same_row, mutate_bytes
+from tests.unit.helpers import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, assert_same_row, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -217,7 +218,7 @@ def test_datatype_with_tidb_extension_is_exact(vectors, dec):
 def test_encoder_matches_real_debezium_for_datatype(vectors, disable_schema):
     """TiCDC's own TestDataTypes: the encoder output equals real Debezium's, ignoring payload.source,
     payload.ts_ms (and the schema when it is disabled)."""
-    key, value = D.encode_debezium(_datatype_event(), cluster_id="dbserver1", field_types=DATATYPE_FT,
+    key, value = DE.encode_debezium(_datatype_event(), cluster_id="dbserver1", field_types=DATATYPE_FT,
                                    disable_schema=disable_schema, ts_ms=NOW)
     want = json.loads((vectors / "debezium" / "datatype.dbz.json").read_text())
     want_key = json.loads((vectors / "debezium" / "datatype.dbz.key.json").read_text())
@@ -236,7 +237,7 @@ def test_encoder_matches_real_debezium_for_datatype(vectors, disable_schema):
 
 
 def test_encode_then_decode_datatype_with_extension():
-    key, value = D.encode_debezium(_datatype_event(), cluster_id="dbserver1", field_types=DATATYPE_FT,
+    key, value = DE.encode_debezium(_datatype_event(), cluster_id="dbserver1", field_types=DATATYPE_FT,
                                    enable_tidb_extension=True)
     (e,) = get_decoder("debezium", require_tidb_extension=True).decode(msg(key, value))
     expected = dict(DATATYPE_STORED)
@@ -327,7 +328,7 @@ def test_encoder_matches_codec_test_vectors(vectors, flavour):
     """Field by field (as JSON objects) against both TiCDC versions' golden key and value of every case."""
     pairs = _pairs(vectors / "debezium" / f"{flavour}_codec_test_expected.jsonl")
     for (event, opts), (k, v) in zip(_codec_test_events(flavour), pairs):
-        key, value = D.encode_debezium(event, cluster_id="test_cluster", ts_ms=NOW, **opts)
+        key, value = DE.encode_debezium(event, cluster_id="test_cluster", ts_ms=NOW, **opts)
         assert orjson.loads(key) == k["message"], (flavour, k["source"])
         assert orjson.loads(value) == v["message"], (flavour, v["source"])
 
@@ -410,9 +411,9 @@ def test_time_zone_and_offsets():
     # the encoder takes naive datetimes in its time zone and writes UTC
     col = (Column("id", "int", nullable=False, key=True), Column("ts", "timestamp"))
     ev = RowChange("d", "t", 5, Op.INSERT, None, {"id": 1, "ts": dt.datetime(2023, 11, 30, 20, 34, 56)}, col, POS)
-    _, value = D.encode_debezium(ev, time_zone="Asia/Shanghai", field_types={"ts": "timestamp"})
+    _, value = DE.encode_debezium(ev, time_zone="Asia/Shanghai", field_types={"ts": "timestamp"})
     assert orjson.loads(value)["payload"]["after"]["ts"] == "2023-11-30T12:34:56Z"
-    _, value = D.encode_debezium(ev, field_types={"ts": "timestamp"})
+    _, value = DE.encode_debezium(ev, field_types={"ts": "timestamp"})
     assert orjson.loads(value)["payload"]["after"]["ts"] == "2023-11-30T20:34:56Z"
 
 
@@ -485,7 +486,7 @@ def test_encoder_details():
     ft = {"e": "enum('a','b,c')", "s": "set('x','y')", "b": "bit(9)", "dt": "datetime(3)", "f": "float(10,3)"}
     row = {"id": 2**64 - 1, "e": 2, "s": 3, "b": 0x1FF, "d": dt.date(18, 2, 28),
            "dt": dt.datetime(2020, 1, 1, 0, 0, 0, 123999), "f": 1.5, "v": b"\x00"}
-    key, value = D.encode_debezium(RowChange("d", "t-1", 5, Op.INSERT, None, row, cols, POS), field_types=ft,
+    key, value = DE.encode_debezium(RowChange("d", "t-1", 5, Op.INSERT, None, row, cols, POS), field_types=ft,
                                    enable_tidb_extension=True, cluster_id="c 1")
     k, v = orjson.loads(key), orjson.loads(value)
     assert k["payload"] == {"id": -1}
@@ -502,19 +503,19 @@ def test_encoder_details():
     assert fields["id"]["tidb_type"] == "bigint unsigned" and fields["dt"]["name"] == "io.debezium.time.Timestamp"
     # old value off, DDL variants, watermark without the extension
     upd = RowChange("d", "t", 5, Op.UPDATE, {"id": 1}, {"id": 2}, cols[:1], POS)
-    assert "before" not in orjson.loads(D.encode_debezium(upd, output_old_value=False)[1])["payload"]
+    assert "before" not in orjson.loads(DE.encode_debezium(upd, output_old_value=False)[1])["payload"]
     with pytest.raises(ValueError, match="enable-tidb-extension"):
-        D.encode_debezium(Resolved(1, POS))
+        DE.encode_debezium(Resolved(1, POS))
     with pytest.raises(ValueError, match="does not send"):
-        D.encode_debezium(DDL("d", "t", 1, "ALTER TABLE t ADD FOREIGN KEY ...", POS, 9))
-    _, value = D.encode_debezium(DDL("d", "t", 1, "TRUNCATE TABLE t", POS, 11))
+        DE.encode_debezium(DDL("d", "t", 1, "ALTER TABLE t ADD FOREIGN KEY ...", POS, 9))
+    _, value = DE.encode_debezium(DDL("d", "t", 1, "TRUNCATE TABLE t", POS, 11))
     assert orjson.loads(value)["payload"]["tableChanges"] == []
-    _, value = D.encode_debezium(DDL("d", "", 1, "CREATE DATABASE d", POS, 1))
+    _, value = DE.encode_debezium(DDL("d", "", 1, "CREATE DATABASE d", POS, 1))
     assert orjson.loads(value)["payload"]["tableChanges"] == []
-    (e,) = get_decoder("debezium").decode(msg(*D.encode_debezium(DDL("d", "t", 7, "TRUNCATE TABLE t", POS, 11))))
+    (e,) = get_decoder("debezium").decode(msg(*DE.encode_debezium(DDL("d", "t", 7, "TRUNCATE TABLE t", POS, 11))))
     assert e == DDL("d", "t", 7, "TRUNCATE TABLE t", POS, None, size=e.size)
     with pytest.raises(ValueError, match="member list"):
-        D.encode_debezium(RowChange("d", "t", 5, Op.INSERT, None, {"id": 1, "e": 1}, cols, POS))
+        DE.encode_debezium(RowChange("d", "t", 5, Op.INSERT, None, {"id": 1, "e": 1}, cols, POS))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -562,7 +563,7 @@ _EXT_DECODER = get_decoder("debezium", require_tidb_extension=True, gated=True)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(row_changes())
 def test_round_trip_rows(e):
-    key, value = D.encode_debezium(e, enable_tidb_extension=True)
+    key, value = DE.encode_debezium(e, enable_tidb_extension=True)
     (got,) = _EXT_DECODER.decode(msg(key, value))
     assert_same_row(got, e)
     assert got.key_columns == ("id",)
@@ -576,7 +577,7 @@ def test_round_trip_every_type(spec, data):
             Column("c0", spec[0], unsigned=spec[1], binary=spec[0] in T.BINARY_TYPES))
     v = data.draw(_DBZ_VALUES[spec])
     e = RowChange("s", "t", 9, Op.INSERT, None, {"id": 1, "c0": v}, cols, POS)
-    (got,) = _EXT_DECODER.decode(msg(*D.encode_debezium(e, enable_tidb_extension=True)))
+    (got,) = _EXT_DECODER.decode(msg(*DE.encode_debezium(e, enable_tidb_extension=True)))
     assert_same_row(got, e)
 
 
@@ -586,7 +587,7 @@ def test_round_trip_schemaless_integers_and_text(i, s, old_value):
     cols = (Column("id", "bigint", nullable=False, key=True, unique=True, unsigned=i >= 2**63),
             Column("s", "varchar"))
     e = RowChange("s", "t", 3, Op.UPDATE, {"id": i, "s": s + "x"}, {"id": i, "s": s}, cols, POS)
-    (got,) = get_decoder("debezium").decode(msg(*D.encode_debezium(e, disable_schema=True,
+    (got,) = get_decoder("debezium").decode(msg(*DE.encode_debezium(e, disable_schema=True,
                                                                     output_old_value=old_value)))
     want_id = i - 2**64 if i >= 2**63 else i  # int64 on the wire, no tidb_type to undo it
     assert got.after == {"id": want_id, "s": s}
@@ -733,10 +734,10 @@ def _seeds() -> list[tuple[bytes, bytes]]:
     upd = RowChange("s", "t", 6, Op.UPDATE, dict(DATATYPE_STORED, col_varchar="old"), dict(DATATYPE_STORED),
                     ev.columns, POS)
     dele = RowChange("s", "t", 7, Op.DELETE, dict(DATATYPE_STORED), None, ev.columns, POS)
-    out = [D.encode_debezium(e, field_types=DATATYPE_FT, enable_tidb_extension=x, disable_schema=s)
+    out = [DE.encode_debezium(e, field_types=DATATYPE_FT, enable_tidb_extension=x, disable_schema=s)
            for e in (ev, upd, dele) for x in (False, True) for s in (False, True)]
-    out.append(D.encode_debezium(DDL("s", "t", 8, "CREATE TABLE t (id int)", POS, 3), table_columns=ev.columns[:3]))
-    out.append(D.encode_debezium(Resolved(9, POS), enable_tidb_extension=True))
+    out.append(DE.encode_debezium(DDL("s", "t", 8, "CREATE TABLE t (id int)", POS, 3), table_columns=ev.columns[:3]))
+    out.append(DE.encode_debezium(Resolved(9, POS), enable_tidb_extension=True))
     return out
 
 

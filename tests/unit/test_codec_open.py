@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from applier.codecs import Decoder, get_decoder
 from applier.codecs import open as O
 from applier.codecs import types as T
+from applier.devtools.encoders import open as OE
 from applier.events import (
     DDL,
     Column,
@@ -27,7 +28,7 @@ from applier.events import (
     RowChange,
     SourcePosition,
 )
-from tests.unit.test_codec_types import VALUE_STRATEGIES, assert_same_row, mutate_bytes
+from tests.unit.helpers import VALUE_STRATEGIES, assert_same_row, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
@@ -40,7 +41,7 @@ def msg(key: bytes | None, value: bytes | None, topic: str = "orders", partition
 
 def raw(events: list[tuple[dict, dict | None]]) -> tuple[bytes, bytes]:
     """Frame hand-written key/value JSON objects."""
-    return O.frame_open_batch(
+    return OE.frame_open_batch(
         (orjson.dumps(k), orjson.dumps(v) if v is not None else None) for k, v in events
     )
 
@@ -138,7 +139,7 @@ def test_docs_event_stream_reframed(vectors):
     for rec in lines:
         kj = orjson.dumps(rec["key_event"])
         vj = orjson.dumps(rec["value_event"]) if rec["value_event"] is not None else None
-        key, value = O.frame_open_batch([(kj, vj)])
+        key, value = OE.frame_open_batch([(kj, vj)])
         (e,) = dec.decode(msg(key, value, topic="docs", partition=rec["partition"], offset=rec["log"]))
         assert e.position == SourcePosition("docs", rec["partition"], rec["log"])
         decoded[rec["log"]] = e
@@ -174,7 +175,7 @@ def test_docs_event_stream_reframed(vectors):
     # The same stream as two batched records (one per partition), in log order.
     for partition in (0, 1):
         recs = [r for r in lines if r["partition"] == partition]
-        key, value = O.frame_open_batch(
+        key, value = OE.frame_open_batch(
             (orjson.dumps(r["key_event"]),
              orjson.dumps(r["value_event"]) if r["value_event"] is not None else None) for r in recs
         )
@@ -189,7 +190,7 @@ def test_docs_event_stream_reframed(vectors):
     # Every decoded event re-encoded with our encoder (current format) decodes to the same thing.
     current = get_decoder("open")
     for log, e in decoded.items():
-        (again,) = current.decode(msg(*O.encode_open(e), topic="docs", partition=e.position.partition,
+        (again,) = current.decode(msg(*OE.encode_open(e), topic="docs", partition=e.position.partition,
                                       offset=log))
         if isinstance(e, RowChange):
             assert (again.commit_ts, again.op, again.before, again.after, again.key_columns) == (
@@ -201,7 +202,7 @@ def test_docs_event_stream_reframed(vectors):
             assert again == e
 
     # Without the legacy switch the base64 text is taken literally (current TiCDC sends plain UTF-8).
-    key, value = O.frame_open_batch([(orjson.dumps(lines[4]["key_event"]),
+    key, value = OE.frame_open_batch([(orjson.dumps(lines[4]["key_event"]),
                                       orjson.dumps(lines[4]["value_event"]))])
     (e,) = get_decoder("open").decode(msg(key, value))
     assert e.after == {"id": 1, "val": "YWE="}
@@ -314,7 +315,7 @@ def test_spark_hands_over_bytearrays(vectors, dec):
 
 def test_bigint_unsigned_max_is_exact(dec):
     value = b'{"u":{"a":{"t":8,"h":true,"f":139,"v":18446744073709551615},"b":{"t":8,"f":128,"v":9223372036854775808}}}'
-    key, value = O.frame_open_batch([(b'{"ts":5,"scm":"s","tbl":"t","t":1}', value)])
+    key, value = OE.frame_open_batch([(b'{"ts":5,"scm":"s","tbl":"t","t":1}', value)])
     (e,) = dec.decode(msg(key, value))
     assert e.after == {"a": 18446744073709551615, "b": 2**63}
     assert type(e.after["a"]) is int
@@ -377,7 +378,7 @@ def test_handle_key_only_and_claim_check(dec):
     ],
 )
 def test_go_quote_matches_go(data, quoted):
-    assert O.go_quote(data) == quoted
+    assert OE.go_quote(data) == quoted
     assert O.go_unquote(quoted) == data
 
 
@@ -390,7 +391,7 @@ def test_go_unquote_accepts_all_go_escapes():
 
 @given(st.binary(max_size=64))
 def test_go_quote_round_trip(data):
-    assert O.go_unquote(O.go_quote(data)) == data
+    assert O.go_unquote(OE.go_quote(data)) == data
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -432,7 +433,7 @@ def row_changes(draw, op=None):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(row_changes(), min_size=1, max_size=4))
 def test_round_trip_rows(events):
-    key, value = O.encode_open_batch(events)
+    key, value = OE.encode_open_batch(events)
     got = get_decoder("open").decode(msg(key, value))
     assert len(got) == len(events)
     for g, w in zip(got, events):
@@ -447,7 +448,7 @@ def test_round_trip_every_type(spec, data):
     v = data.draw(VALUE_STRATEGIES[spec])
     e = RowChange(schema="s", table="t", commit_ts=9, op=Op.INSERT, before=None, after={"id": 1, "c0": v},
                   columns=cols, position=POS)
-    (got,) = get_decoder("open").decode(msg(*O.encode_open(e)))
+    (got,) = get_decoder("open").decode(msg(*OE.encode_open(e)))
     assert_same_row(got, e)
 
 
@@ -457,7 +458,7 @@ def test_round_trip_mixed_batch_and_encoder_shape():
                     after={"id": 1, "v": b"\xff"}, columns=cols, position=POS)
     ddl = DDL(schema="s", table="t", commit_ts=11, query="ALTER TABLE t ADD c INT", position=POS, ddl_type=5)
     res = Resolved(ts=12, position=POS)
-    key, value = O.encode_open_batch([row, ddl, res])
+    key, value = OE.encode_open_batch([row, ddl, res])
     assert key[:8] == b"\x00" * 7 + b"\x01"
     got = get_decoder("open").decode(msg(key, value))
     assert got[0].before == {"id": 1, "v": b"\x00"} and got[0].after == {"id": 1, "v": b"\xff"}
@@ -473,20 +474,20 @@ def test_round_trip_mixed_batch_and_encoder_shape():
                   "p": {"id": {"t": 3, "h": True, "f": 10, "v": 1}, "v": {"t": 15, "f": 65, "v": "\\x00"}}}
     assert vspans[2][1] == 0  # resolved: zero-length value
     # Go's encoding/json escapes HTML characters
-    key, _ = O.encode_open(DDL(schema="a<b", table="", commit_ts=1, query="", position=POS))
+    key, _ = OE.encode_open(DDL(schema="a<b", table="", commit_ts=1, query="", position=POS))
     assert b"a\\u003cb" in key
 
 
 def test_encoder_value_formats():
-    assert O.encode_value(O.TYPE_FLOAT, 0, T.float32(3.14)) == 3.14
-    assert O.encode_value(O.TYPE_NEWDECIMAL, 0, Decimal("1.50")) == "1.50"
-    assert O.encode_value(O.TYPE_DATETIME, 0, dt.datetime(2020, 1, 2, 3, 4, 5, 6)) == "2020-01-02 03:04:05.000006"
-    assert O.encode_value(O.TYPE_DURATION, 0, -dt.timedelta(hours=30)) == "-30:00:00"
-    assert O.encode_value(O.TYPE_BLOB, 0, "测试text") == "5rWL6K+VdGV4dA=="  # the docs' base64 example
-    assert O.encode_value(O.TYPE_STRING, O.FLAG_BINARY, b"\x89PNG\r\n\x1a\n") == "\\x89PNG\\r\\n\\x1a\\n"
-    assert O.encode_value(O.TYPE_BIT, 0, b"\x01\x00") == 256
+    assert OE.encode_value(O.TYPE_FLOAT, 0, T.float32(3.14)) == 3.14
+    assert OE.encode_value(O.TYPE_NEWDECIMAL, 0, Decimal("1.50")) == "1.50"
+    assert OE.encode_value(O.TYPE_DATETIME, 0, dt.datetime(2020, 1, 2, 3, 4, 5, 6)) == "2020-01-02 03:04:05.000006"
+    assert OE.encode_value(O.TYPE_DURATION, 0, -dt.timedelta(hours=30)) == "-30:00:00"
+    assert OE.encode_value(O.TYPE_BLOB, 0, "测试text") == "5rWL6K+VdGV4dA=="  # the docs' base64 example
+    assert OE.encode_value(O.TYPE_STRING, O.FLAG_BINARY, b"\x89PNG\r\n\x1a\n") == "\\x89PNG\\r\\n\\x1a\\n"
+    assert OE.encode_value(O.TYPE_BIT, 0, b"\x01\x00") == 256
     with pytest.raises(ValueError):
-        O.encode_value(O.TYPE_ENUM, 0, "a")
+        OE.encode_value(O.TYPE_ENUM, 0, "a")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -591,9 +592,9 @@ def _seed_messages() -> list[tuple[bytes, bytes]]:
     upd = RowChange("s", "t", 6, Op.UPDATE, dict(vals, s="old"), vals, cols, POS)
     dele = RowChange("s", "t", 7, Op.DELETE, {"id": 1}, None, cols, POS)
     return [
-        O.encode_open_batch([ins, upd, dele]),
-        O.encode_open(DDL("s", "t", 8, "CREATE TABLE t (id int)", POS, 3)),
-        O.encode_open_batch([Resolved(9, POS), Resolved(10, POS)]),
+        OE.encode_open_batch([ins, upd, dele]),
+        OE.encode_open(DDL("s", "t", 8, "CREATE TABLE t (id int)", POS, 3)),
+        OE.encode_open_batch([Resolved(9, POS), Resolved(10, POS)]),
     ]
 
 
@@ -626,7 +627,7 @@ def test_fuzz_mutated_valid_messages(kv):
     max_leaves=12))
 def test_fuzz_structured_json(t, value_obj):
     """Well-framed messages whose JSON is random but shaped like the protocol."""
-    key, value = O.frame_open_batch([(orjson.dumps({"ts": 1, "scm": "s", "tbl": "t", "t": t}),
+    key, value = OE.frame_open_batch([(orjson.dumps({"ts": 1, "scm": "s", "tbl": "t", "t": t}),
                                       json.dumps(value_obj).encode())])  # big ints, NaN: all fair game
     _decode_only_decode_errors(key, value)
 
@@ -648,43 +649,43 @@ def _values(value: bytes) -> list[dict]:
 def test_variant_old_value_off(dec):
     """enable-old-value=false: updates carry no "p" and decode as inserts (applied as upserts)."""
     upd = RowChange("s", "t", 5, Op.UPDATE, _VOLD, _VNEW, _VCOLS, POS)
-    key, value = O.encode_open(upd, output_old_value=False)
+    key, value = OE.encode_open(upd, output_old_value=False)
     (v,) = _values(value)
     assert set(v) == {"u"}
     (e,) = dec.decode(msg(key, value))
     assert (e.op, e.before, e.after, e.commit_ts) == (Op.INSERT, None, _VNEW, 5)
     assert e.key_columns == ("id",)
     # deletes are unaffected by the old value switch: "d" holds the whole old row
-    key, value = O.encode_open(RowChange("s", "t", 6, Op.DELETE, _VOLD, None, _VCOLS, POS), output_old_value=False)
+    key, value = OE.encode_open(RowChange("s", "t", 6, Op.DELETE, _VOLD, None, _VCOLS, POS), output_old_value=False)
     (e,) = dec.decode(msg(key, value))
     assert (e.op, e.before, e.after) == (Op.DELETE, _VOLD, None)
     # with old value on (the default) the same update is an UPDATE with the full old row
-    (e,) = dec.decode(msg(*O.encode_open(upd)))
+    (e,) = dec.decode(msg(*OE.encode_open(upd)))
     assert (e.op, e.before, e.after) == (Op.UPDATE, _VOLD, _VNEW)
 
 
 def test_variant_delete_only_handle_key(dec):
     dele = RowChange("s", "t", 6, Op.DELETE, _VOLD, None, _VCOLS, POS)
-    key, value = O.encode_open(dele, delete_only_handle_key=True)
+    key, value = OE.encode_open(dele, delete_only_handle_key=True)
     (v,) = _values(value)
     assert v == {"d": {"id": {"t": O.TYPE_LONG, "h": True, "f": O.FLAG_HANDLE_KEY | O.FLAG_PRIMARY_KEY, "v": 1}}}
     (e,) = dec.decode(msg(key, value))
     assert (e.op, e.before, e.after) == (Op.DELETE, {"id": 1}, None)
     assert e.columns == (Column("id", "int", nullable=False, key=True, unique=True, type_code=O.TYPE_LONG),)
     with pytest.raises(ValueError, match="no handle-key column"):
-        O.encode_open(RowChange("s", "t", 6, Op.DELETE, {"name": "x"}, None, _VCOLS[1:2], POS),
+        OE.encode_open(RowChange("s", "t", 6, Op.DELETE, {"name": "x"}, None, _VCOLS[1:2], POS),
                       delete_only_handle_key=True)
 
 
 def test_variant_only_output_updated_columns(dec):
     upd = RowChange("s", "t", 5, Op.UPDATE, _VOLD, _VNEW, _VCOLS, POS)
-    key, value = O.encode_open(upd, only_output_updated_columns=True)
+    key, value = OE.encode_open(upd, only_output_updated_columns=True)
     (v,) = _values(value)
     assert list(v["p"]) == ["name"] and list(v["u"]) == ["id", "name", "bin", "n"]
     (e,) = dec.decode(msg(key, value))
     assert (e.op, e.before, e.after) == (Op.UPDATE, _VOLD, _VNEW)
     # nothing changed: "p" is empty and Go's omitempty drops it, so the message reads as an insert (upsert)
-    key, value = O.encode_open(RowChange("s", "t", 5, Op.UPDATE, dict(_VNEW), _VNEW, _VCOLS, POS),
+    key, value = OE.encode_open(RowChange("s", "t", 5, Op.UPDATE, dict(_VNEW), _VNEW, _VCOLS, POS),
                                only_output_updated_columns=True)
     assert set(_values(value)[0]) == {"u"}
     (e,) = dec.decode(msg(key, value))
@@ -709,7 +710,7 @@ def test_date_type_codes_10_and_14(code, dec):
 def test_string_type_codes_and_binary_escaping(code, dec):
     """15 VARCHAR / 253 VAR_STRING / 254 CHAR: plain UTF-8 text, or Go-quoted bytes with the binary flag."""
     every_byte = bytes(range(256))
-    quoted = O.go_quote(every_byte)
+    quoted = OE.go_quote(every_byte)
     # Go's strconv.Quote: printable ASCII as is, \a \b \f \n \r \t \v \\ \" named, other bytes \xNN
     assert quoted.startswith("\\x00\\x01\\x02\\x03\\x04\\x05\\x06\\a\\b\\t\\n\\v\\f\\r\\x0e")
     assert ' !\\"#$%' in quoted and "[\\\\]" in quoted and "}~\\x7f\\x80\\x81" in quoted and quoted.endswith("\\xff")
@@ -726,7 +727,7 @@ def test_string_type_codes_and_binary_escaping(code, dec):
     assert names == {"txt": text_name, "bin": bin_name, "png": bin_name, "utf": bin_name}
     # and the encoder writes exactly that escaping
     col = Column("bin", bin_name, binary=True)
-    assert O.encode_value(O.column_type_code(col), O.column_flags(col), every_byte) == quoted
+    assert OE.encode_value(OE.column_type_code(col), OE.column_flags(col), every_byte) == quoted
 
 
 def test_every_documented_type_code_round_trips_through_the_encoder(vectors):
@@ -743,7 +744,7 @@ def test_every_documented_type_code_round_trips_through_the_encoder(vectors):
             key, value = raw([({"ts": 1, "scm": "s", "tbl": "t", "t": 1},
                                {"u": {"c": dict(example, f=flags)}})])
             (e,) = dec.decode(msg(key, value))
-            (again,) = dec.decode(msg(*O.encode_open(e)))
+            (again,) = dec.decode(msg(*OE.encode_open(e)))
             assert again.after == e.after, entry
             assert again.columns[0].type_name == e.columns[0].type_name
             codes.add(entry["code"])

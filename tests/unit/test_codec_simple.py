@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from applier.codecs import Decoder, get_decoder
 from applier.codecs import simple as S
+from applier.devtools.encoders import simple as SE
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition, TableSchema
-from tests.unit.test_codec_types import VALUE_STRATEGIES, values_equal
+from tests.unit.helpers import VALUE_STRATEGIES, values_equal
 
 FORMATS = ("json", "avro")
 TOPIC = "cdc"
@@ -125,22 +126,22 @@ def test_docs_messages_reencode_byte_exact(docs):
     after = dec._cache[("simple", "user", NEW_VERSION)]
     before = dec._cache[("simple", "user", OLD_VERSION)]
     as_ts = lambda e: TableSchema(e.schema, e.table, e.version, e.columns)  # noqa: E731
-    _, v = S.encode_simple(ddl, table_schema=as_ts(after), pre_table_schema=as_ts(before), table_id=148,
+    _, v = SE.encode_simple(ddl, table_schema=as_ts(after), pre_table_schema=as_ts(before), table_id=148,
                            build_ts_ms=ddl_msg["buildTs"])
     assert v == orjson.dumps(ddl_msg)
     for name in ("DML INSERT", "DML UPDATE", "DML DELETE"):
         m = docs[name]
         [ev] = dec.decode(jmsg(m))
-        key, v = S.encode_simple(ev, schema_version=m["schemaVersion"], table_id=148, build_ts_ms=m["buildTs"])
+        key, v = SE.encode_simple(ev, schema_version=m["schemaVersion"], table_id=148, build_ts_ms=m["buildTs"])
         assert key is None
         assert v == orjson.dumps(m), name
     wm = docs["WATERMARK"]
     [r] = dec.decode(jmsg(wm))
-    assert S.encode_simple(r, build_ts_ms=wm["buildTs"]) == (None, orjson.dumps(wm))
+    assert SE.encode_simple(r, build_ts_ms=wm["buildTs"]) == (None, orjson.dumps(wm))
     boot = docs["BOOTSTRAP"]
     [ts] = dec.decode(jmsg(boot))
-    assert S.encode_simple(ts, table_id=148, build_ts_ms=boot["buildTs"]) == (None, orjson.dumps(boot))
-    assert S.encode_bootstrap(ts, table_id=148, build_ts_ms=boot["buildTs"]) == (None, orjson.dumps(boot))
+    assert SE.encode_simple(ts, table_id=148, build_ts_ms=boot["buildTs"]) == (None, orjson.dumps(boot))
+    assert SE.encode_bootstrap(ts, table_id=148, build_ts_ms=boot["buildTs"]) == (None, orjson.dumps(boot))
 
 
 def test_docs_examples_through_avro(docs):
@@ -150,7 +151,7 @@ def test_docs_examples_through_avro(docs):
     [ddl] = jd.decode(jmsg(ddl_msg))
     as_ts = lambda e: TableSchema(e.schema, e.table, e.version, e.columns)  # noqa: E731
     after, before = jd._cache[("simple", "user", NEW_VERSION)], jd._cache[("simple", "user", OLD_VERSION)]
-    _, v = S.encode_simple(ddl, encoding_format="avro", table_schema=as_ts(after),
+    _, v = SE.encode_simple(ddl, encoding_format="avro", table_schema=as_ts(after),
                            pre_table_schema=as_ts(before), table_id=148)
     [a] = ad.decode(kmsg(v))
     [j] = jd.decode(jmsg(ddl_msg))
@@ -159,7 +160,7 @@ def test_docs_examples_through_avro(docs):
     for name in ("DML INSERT", "DML UPDATE", "DML DELETE", "WATERMARK", "BOOTSTRAP"):
         m = docs[name]
         [ev] = jd.decode(jmsg(m))
-        _, v = S.encode_simple(ev, encoding_format="avro", schema_version=m.get("schemaVersion"), table_id=148)
+        _, v = SE.encode_simple(ev, encoding_format="avro", schema_version=m.get("schemaVersion"), table_id=148)
         [back] = ad.decode(kmsg(v))
         if isinstance(ev, (RowChange, DDL)):
             ev.size = back.size
@@ -189,7 +190,7 @@ def _legacy_bytes(payload_name: str, body: dict) -> bytes:
 def test_legacy_avro_messages_decode():
     ts = TableSchema("db", "t", 9, (Column("id", "bigint", nullable=False, key=True, unique=True, unsigned=True),
                                     Column("at", "timestamp"), Column("b", "blob", binary=True)))
-    _, boot = S.encode_bootstrap(ts, encoding_format="avro")
+    _, boot = SE.encode_bootstrap(ts, encoding_format="avro")
     dec = S.SimpleDecoder(encoding_format="avro")
     dec.decode(kmsg(boot))
     wm = _legacy_bytes(S.AVRO_WATERMARK, {"version": 1, "type": "WATERMARK", "commitTs": 77, "buildTs": 1})
@@ -284,13 +285,13 @@ def _assert_rows_equal(cols: tuple[Column, ...], got: dict | None, want: dict | 
 def test_round_trip_every_type_at_its_limits(fmt):
     ts, rows = _edge_table()
     dec = S.SimpleDecoder(encoding_format=fmt)
-    [schema_ev] = dec.decode(kmsg(S.encode_bootstrap(ts, encoding_format=fmt)[1], offset=0))
+    [schema_ev] = dec.decode(kmsg(SE.encode_bootstrap(ts, encoding_format=fmt)[1], offset=0))
     assert schema_ev.columns == ts.columns and schema_ev.version == ts.version
     pos = SourcePosition(TOPIC, 0, 0)
     for i, row in enumerate(rows):
         for op, before, after in ((Op.INSERT, None, row), (Op.UPDATE, rows[i - 1], row), (Op.DELETE, row, None)):
             ev = RowChange("db", "all_types", 1000 + i, op, before, after, ts.columns, pos)
-            _, value = S.encode_simple(ev, encoding_format=fmt, table_schema=ts)
+            _, value = SE.encode_simple(ev, encoding_format=fmt, table_schema=ts)
             [back] = dec.decode(kmsg(value, offset=10 + i))
             assert (back.schema, back.table, back.commit_ts, back.op) == ("db", "all_types", 1000 + i, op)
             assert back.columns == ts.columns
@@ -306,7 +307,7 @@ def test_wire_forms_json():
         Column("e", "enum"), Column("bit", "bit"), Column("tm", "time")))
     row = {"u": 2**64 - 1, "b": b"\x00\xff", "ts": dt.datetime(2020, 1, 2, 3, 4, 5, 123000), "f": 3.14,
            "d": Decimal("1.10"), "e": 2, "bit": 5, "tm": dt.timedelta(hours=-26)}
-    _, v = S.encode_simple(RowChange("db", "t", 1, Op.INSERT, None, row, ts.columns, SourcePosition("x", 0, 0)),
+    _, v = SE.encode_simple(RowChange("db", "t", 1, Op.INSERT, None, row, ts.columns, SourcePosition("x", 0, 0)),
                            table_schema=ts, time_zone="Asia/Shanghai", build_ts_ms=5)
     data = json.loads(v)["data"]
     assert data == {"u": "18446744073709551615", "b": "AP8=", "bit": "5", "d": "1.10", "e": "2", "f": "3.14",
@@ -320,7 +321,7 @@ def test_wire_forms_avro():
                                     Column("ts", "timestamp"), Column("i", "int"), Column("bit", "bit"),
                                     Column("e", "set"), _col("bl", "blob"), Column("x", "text")))
     row = {"u": 2**64 - 1, "ts": dt.datetime(2020, 1, 2), "i": -5, "bit": 3, "e": 6, "bl": b"\x00", "x": "y"}
-    _, v = S.encode_simple(RowChange("db", "t", 2**63 + 5, Op.INSERT, None, row, ts.columns,
+    _, v = SE.encode_simple(RowChange("db", "t", 2**63 + 5, Op.INSERT, None, row, ts.columns,
                                      SourcePosition("x", 0, 0)), encoding_format="avro", table_schema=ts)
     native = fastavro.schemaless_reader(io.BytesIO(v), fastavro.parse_schema(S.avro_schema()), None,
                                         return_record_name=True, return_record_name_override=True)
@@ -330,7 +331,7 @@ def test_wire_forms_avro():
                             "ts": (S.AVRO_TIMESTAMP, {"location": "UTC", "value": "2020-01-02 00:00:00"}),
                             "i": -5, "bit": "3", "e": 6, "bl": b"\x00", "x": "y"}
     dec = S.SimpleDecoder(encoding_format="avro")
-    dec.decode(kmsg(S.encode_bootstrap(ts, encoding_format="avro")[1]))
+    dec.decode(kmsg(SE.encode_bootstrap(ts, encoding_format="avro")[1]))
     [back] = dec.decode(kmsg(v))
     assert back.commit_ts == 2**63 + 5 and back.after == row
 
@@ -340,7 +341,7 @@ def test_json_decoder_accepts_ticdc_wire_variants():
     dec = S.SimpleDecoder()
     ts = TableSchema("db", "t", 3, (Column("id", "int", nullable=False, key=True, unique=True),
                                     Column("at", "timestamp"), Column("bit", "bit")))
-    dec.decode(kmsg(S.encode_bootstrap(ts)[1]))
+    dec.decode(kmsg(SE.encode_bootstrap(ts)[1]))
     base = {"version": 1, "database": "db", "table": "t", "tableID": 1, "type": "INSERT", "commitTs": 10,
             "buildTs": 1, "schemaVersion": 3}
     [a] = dec.decode(jmsg({**base, "data": {"id": "1", "at": {"location": "Local", "value": "2020-02-02 20:20:20"},
@@ -425,8 +426,8 @@ def test_round_trip_random_rows(case, fmt):
     ev = RowChange("db", ts.table, commit_ts, op, None if op is Op.INSERT else before,
                    None if op is Op.DELETE else after, ts.columns, SourcePosition(TOPIC, 0, 0))
     dec = S.SimpleDecoder(encoding_format=fmt)
-    dec.decode(kmsg(S.encode_bootstrap(ts, encoding_format=fmt)[1]))
-    [back] = dec.decode(kmsg(S.encode_simple(ev, encoding_format=fmt, table_schema=ts)[1]))
+    dec.decode(kmsg(SE.encode_bootstrap(ts, encoding_format=fmt)[1]))
+    [back] = dec.decode(kmsg(SE.encode_simple(ev, encoding_format=fmt, table_schema=ts)[1]))
     assert (back.op, back.commit_ts, back.table) == (op, commit_ts, ts.table)
     _assert_rows_equal(ts.columns, back.before, ev.before)
     _assert_rows_equal(ts.columns, back.after, ev.after)
@@ -442,13 +443,13 @@ def test_ddl_round_trip_and_types(fmt):
                                (None, "QUERY")):
         ev = DDL("db", "t2", 99, "RENAME TABLE `db`.`t1` TO `db`.`t2`", SourcePosition(TOPIC, 3, 42),
                  ddl_type=ddl_type)
-        [back] = dec.decode(kmsg(S.encode_simple(ev, encoding_format=fmt, table_schema=after,
+        [back] = dec.decode(kmsg(SE.encode_simple(ev, encoding_format=fmt, table_schema=after,
                                                  pre_table_schema=before)[1]))
         assert back == DDL("db", "t2", 99, ev.query, ev.position, ddl_type=expected, size=back.size)
     assert {("db", "t1", 10), ("db", "t2", 20)} <= set(dec._cache)
     # schema-level DDL: no table schema at all
     ev = DDL("", "", 100, "DROP DATABASE `db`", SourcePosition(TOPIC, 3, 42), ddl_type="QUERY")
-    [back] = dec.decode(kmsg(S.encode_simple(ev, encoding_format=fmt)[1]))
+    [back] = dec.decode(kmsg(SE.encode_simple(ev, encoding_format=fmt)[1]))
     assert (back.schema, back.table, back.query, back.ddl_type) == ("", "", "DROP DATABASE `db`", "QUERY")
 
 
@@ -479,14 +480,14 @@ def _row(ts: TableSchema, commit_ts: int, i: int, op: Op = Op.INSERT) -> RowChan
 
 
 def _enc(ev, fmt: str, ts: TableSchema | None = None) -> bytes:
-    return S.encode_simple(ev, encoding_format=fmt, table_schema=ts)[1]
+    return SE.encode_simple(ev, encoding_format=fmt, table_schema=ts)[1]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_rows_before_bootstrap_are_held_and_released_in_order(fmt):
     dec = S.SimpleDecoder(encoding_format=fmt)
     other = TableSchema("db", "other", 7, T_COLS)
-    dec.decode(kmsg(S.encode_bootstrap(other, encoding_format=fmt)[1], offset=1, partition=0))
+    dec.decode(kmsg(SE.encode_bootstrap(other, encoding_format=fmt)[1], offset=1, partition=0))
     assert dec.held_offsets() == {} and dec.held_min_commit_ts() is None
 
     # rows of db.t on two partitions, no schema yet: held, nothing returned
@@ -503,11 +504,11 @@ def test_rows_before_bootstrap_are_held_and_released_in_order(fmt):
     assert dec.held_count() == 3
 
     # a bootstrap of another version releases nothing
-    assert [type(e) for e in dec.decode(kmsg(S.encode_bootstrap(T_V2, encoding_format=fmt)[1], offset=14,
+    assert [type(e) for e in dec.decode(kmsg(SE.encode_bootstrap(T_V2, encoding_format=fmt)[1], offset=14,
                                              partition=0))] == [TableSchema]
     assert dec.held_count() == 3
 
-    evs = dec.decode(kmsg(S.encode_bootstrap(T_V1, encoding_format=fmt)[1], offset=6, partition=1))
+    evs = dec.decode(kmsg(SE.encode_bootstrap(T_V1, encoding_format=fmt)[1], offset=6, partition=1))
     assert isinstance(evs[0], TableSchema) and evs[0].version == 100
     rows = evs[1:]
     assert [(r.commit_ts, r.after["id"], r.position.partition, r.position.offset) for r in rows] == [
@@ -527,7 +528,7 @@ def test_ddl_releases_held_rows_around_itself(fmt):
     assert dec.decode(kmsg(_enc(_row(T_V1, 290, 2), fmt, T_V1), offset=1, partition=0)) == []
     assert dec.held_min_commit_ts() == 290
     ddl = DDL("db", "t", 300, "ALTER TABLE t ADD COLUMN w INT", SourcePosition("x", 0, 0), ddl_type="ALTER")
-    evs = dec.decode(kmsg(S.encode_simple(ddl, encoding_format=fmt, table_schema=T_V2, pre_table_schema=T_V1)[1],
+    evs = dec.decode(kmsg(SE.encode_simple(ddl, encoding_format=fmt, table_schema=T_V2, pre_table_schema=T_V1)[1],
                           offset=2, partition=0))
     assert [(type(e).__name__, e.commit_ts) for e in evs] == [("RowChange", 290), ("DDL", 300), ("RowChange", 310)]
     assert evs[0].columns == T_COLS and evs[2].after == {"id": 1, "v": "v1", "w": 1}
@@ -540,7 +541,7 @@ def test_rename_releases_rows_held_under_the_old_name(fmt):
     assert dec.decode(kmsg(_enc(_row(T_V1, 10, 1), fmt, T_V1), offset=3)) == []
     renamed = TableSchema("db", "t_new", 150, T_COLS)
     ddl = DDL("db", "t_new", 20, "RENAME TABLE t TO t_new", SourcePosition("x", 0, 0), ddl_type="RENAME")
-    evs = dec.decode(kmsg(S.encode_simple(ddl, encoding_format=fmt, table_schema=renamed, pre_table_schema=T_V1)[1],
+    evs = dec.decode(kmsg(SE.encode_simple(ddl, encoding_format=fmt, table_schema=renamed, pre_table_schema=T_V1)[1],
                           offset=4))
     assert [(type(e).__name__, e.table, e.commit_ts) for e in evs] == [("RowChange", "t", 10), ("DDL", "t_new", 20)]
 
@@ -573,7 +574,7 @@ def test_bad_held_message_is_reported_without_losing_good_events():
     assert dec.decode(kmsg(orjson.dumps(bad), offset=2)) == []
     assert dec.decode(kmsg(good2, offset=3)) == []
     with pytest.raises(DecodeError) as ei:
-        dec.decode(kmsg(S.encode_bootstrap(T_V1)[1], offset=4))
+        dec.decode(kmsg(SE.encode_bootstrap(T_V1)[1], offset=4))
     e = ei.value
     assert e.position == SourcePosition(TOPIC, 3, 2)  # names the held message
     assert e.held_message.offset == 2 and "'id'" in e.reason and "offset=4" in e.reason
@@ -690,7 +691,7 @@ VALUE_CASES = [  # (mysqlType, extra dataType fields, wire value, reason)
 
 def _dec_with_schema() -> S.SimpleDecoder:
     dec = S.SimpleDecoder()
-    dec.decode(kmsg(S.encode_bootstrap(T_V1)[1], offset=0))
+    dec.decode(kmsg(SE.encode_bootstrap(T_V1)[1], offset=0))
     return dec
 
 
@@ -732,12 +733,12 @@ def _avro_dml(data: dict | None, **kw) -> bytes:
             "buildTs": 1, "schemaVersion": 100, "claimCheckLocation": None, "handleKeyOnly": None, "checksum": None,
             "data": data, "old": None}
     body.update(kw)
-    return S._avro_bytes(S.AVRO_DML, "DML", body)
+    return SE._avro_bytes(S.AVRO_DML, "DML", body)
 
 
 def _avro_malformed() -> list[tuple[bytes | None, str]]:
     good = _avro_dml({"id": ("long", 1), "v": ("string", "x")})
-    wm = S.encode_simple(Resolved(5, SourcePosition("x", 0, 0)), encoding_format="avro")[1]
+    wm = SE.encode_simple(Resolved(5, SourcePosition("x", 0, 0)), encoding_format="avro")[1]
     bio = io.BytesIO()
     fastavro.schemaless_writer(bio, fastavro.parse_schema(S.avro_schema()),
                                (S._NS + "Watermark", {"version": 1, "commitTs": 1, "buildTs": 1}))
@@ -750,8 +751,8 @@ def _avro_malformed() -> list[tuple[bytes | None, str]]:
         (good + b"\x00", "trailing bytes"),
         (wm[:1] + b"\x08" + wm[2:], "invalid Avro data"),  # Message.type enum index 4: out of range
         (bio.getvalue(), "first byte"),  # a bare Watermark record, not a Message
-        (S._avro_bytes(S.AVRO_WATERMARK, "DDL", {"version": 1, "commitTs": 1, "buildTs": 1}), "does not match"),
-        (S._avro_bytes(S.AVRO_WATERMARK, "WATERMARK", {"version": 3, "commitTs": 1, "buildTs": 1}), "version 3"),
+        (SE._avro_bytes(S.AVRO_WATERMARK, "DDL", {"version": 1, "commitTs": 1, "buildTs": 1}), "does not match"),
+        (SE._avro_bytes(S.AVRO_WATERMARK, "WATERMARK", {"version": 3, "commitTs": 1, "buildTs": 1}), "version 3"),
         (_avro_dml(None), "INSERT message has no 'data'"),
         (_avro_dml({"id": ("long", 1), "zz": None}), "column 'zz' is not in the schema"),
         (_avro_dml({"id": ("long", 2**40)}), "out of range for int"),
@@ -769,7 +770,7 @@ def _avro_malformed() -> list[tuple[bytes | None, str]]:
 def test_malformed_avro(case):
     value, reason = _avro_malformed()[case]
     dec = S.SimpleDecoder(encoding_format="avro")
-    dec.decode(kmsg(S.encode_bootstrap(T_V1, encoding_format="avro")[1], offset=0))
+    dec.decode(kmsg(SE.encode_bootstrap(T_V1, encoding_format="avro")[1], offset=0))
     _assert_decode_error(dec, KafkaMessage("orders", 7, 99, None, value), reason)
 
 
@@ -787,13 +788,13 @@ FUZZ_ROW = {"id": 2**64 - 1, "d": Decimal("-12.50"), "f": 1.5, "b": b"\x00\xff",
 
 def _valid_messages(fmt: str) -> list[bytes]:
     pos = SourcePosition("x", 0, 0)
-    out = [S.encode_bootstrap(FUZZ_TS, encoding_format=fmt, table_id=5, build_ts_ms=1)[1]]
+    out = [SE.encode_bootstrap(FUZZ_TS, encoding_format=fmt, table_id=5, build_ts_ms=1)[1]]
     for op, before, after in ((Op.INSERT, None, FUZZ_ROW), (Op.UPDATE, FUZZ_ROW, FUZZ_ROW),
                               (Op.DELETE, FUZZ_ROW, None)):
-        out.append(S.encode_simple(RowChange("db", "t", 7, op, before, after, FUZZ_TS.columns, pos),
+        out.append(SE.encode_simple(RowChange("db", "t", 7, op, before, after, FUZZ_TS.columns, pos),
                                    encoding_format=fmt, table_schema=FUZZ_TS, build_ts_ms=1))
-    out.append(S.encode_simple(Resolved(9, pos), encoding_format=fmt, build_ts_ms=1))
-    out.append(S.encode_simple(DDL("db", "t", 8, "ALTER TABLE t ADD COLUMN z INT", pos, ddl_type="ALTER"),
+    out.append(SE.encode_simple(Resolved(9, pos), encoding_format=fmt, build_ts_ms=1))
+    out.append(SE.encode_simple(DDL("db", "t", 8, "ALTER TABLE t ADD COLUMN z INT", pos, ddl_type="ALTER"),
                                encoding_format=fmt, table_schema=FUZZ_TS, pre_table_schema=FUZZ_TS, build_ts_ms=1))
     return [v[1] if isinstance(v, tuple) else v for v in out]
 
@@ -905,6 +906,6 @@ def test_every_valid_fuzz_seed_decodes():
 def test_base64_is_standard_alphabet_with_padding():
     ts = TableSchema("db", "t", 1, (Column("id", "int", key=True, unique=True, nullable=False), _col("b", "blob")))
     row = {"id": 1, "b": b"\xfb\xff\xfe"}
-    _, v = S.encode_simple(RowChange("db", "t", 1, Op.INSERT, None, row, ts.columns, SourcePosition("x", 0, 0)),
+    _, v = SE.encode_simple(RowChange("db", "t", 1, Op.INSERT, None, row, ts.columns, SourcePosition("x", 0, 0)),
                            table_schema=ts)
     assert json.loads(v)["data"]["b"] == base64.b64encode(b"\xfb\xff\xfe").decode() == "+//+"

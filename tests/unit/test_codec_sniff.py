@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from applier.codecs import canal_json as C
-from applier.codecs import debezium as D
-from applier.codecs import open as O
 from applier.codecs.sniff import describe_mismatch, sniff
+from applier.devtools.encoders import canal_json as CE
+from applier.devtools.encoders import debezium as DE
+from applier.devtools.encoders import open as OE
 from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
 
 POS = SourcePosition("t", 0, 0)
@@ -36,14 +36,14 @@ def test_open_raw_vectors(vectors):
 def test_open_docs_and_type_code_vectors(vectors):
     for rec in _lines(vectors / "open" / "docs_event_stream_example.jsonl"):
         k, v = rec["key_event"], rec.get("value_event")
-        framed = O.frame_open_batch([(orjson.dumps(k), orjson.dumps(v) if v else None)])
+        framed = OE.frame_open_batch([(orjson.dumps(k), orjson.dumps(v) if v else None)])
         assert sniff(*framed) == "open", rec["log"]
         # the docs show the bare key event (no framing): still recognisably the open protocol
         assert sniff(orjson.dumps(k), orjson.dumps(v) if v else None) == "open", rec["log"]
     table = json.loads((vectors / "open" / "column_type_codes.json").read_text())
     for entry in table["column_type_codes"]:
         if entry["example"] is not None:
-            framed = O.frame_open_batch([(b'{"ts":1,"scm":"s","tbl":"t","t":1}',
+            framed = OE.frame_open_batch([(b'{"ts":1,"scm":"s","tbl":"t","t":1}',
                                           orjson.dumps({"u": {"c": dict(entry["example"], f=0)}}))])
             assert sniff(*framed) == "open"
 
@@ -65,7 +65,7 @@ def test_canal_json_vectors(vectors):
     assert sniff(None, orjson.dumps(m)) == "canal-json"
     cols = (Column("id", "int", key=True), Column("b", "varbinary", binary=True))
     for variant in ({}, {"enable_tidb_extension": False}, {"content_compatible": True}):
-        _, value = C.encode_canal_json(RowChange("s", "t", 1, Op.INSERT, None, {"id": 1, "b": b"\x00"}, cols, POS),
+        _, value = CE.encode_canal_json(RowChange("s", "t", 1, Op.INSERT, None, {"id": 1, "b": b"\x00"}, cols, POS),
                                        **variant)
         assert sniff(None, value) == "canal-json"
 
@@ -113,13 +113,13 @@ def test_encoders_output_sniffs_as_their_protocol():
     cols = (Column("id", "int", nullable=False, key=True), Column("v", "varchar"))
     row = RowChange("s", "t", 5, Op.INSERT, None, {"id": 1, "v": "x"}, cols, POS)
     for e in (row, DDL("s", "t", 5, "CREATE TABLE t (id int)", POS, 3)):
-        assert sniff(*O.encode_open(e)) == "open"
-        assert sniff(*C.encode_canal_json(e)) == "canal-json"
-        assert sniff(*D.encode_debezium(e, table_columns=cols)) == "debezium"
-        assert sniff(*D.encode_debezium(e, disable_schema=True, table_columns=cols)) == "debezium"
-    assert sniff(*O.encode_open(Resolved(5, POS))) == "open"
-    assert sniff(*C.encode_canal_json(Resolved(5, POS))) == "canal-json"
-    assert sniff(*D.encode_debezium(Resolved(5, POS), enable_tidb_extension=True)) == "debezium"
+        assert sniff(*OE.encode_open(e)) == "open"
+        assert sniff(*CE.encode_canal_json(e)) == "canal-json"
+        assert sniff(*DE.encode_debezium(e, table_columns=cols)) == "debezium"
+        assert sniff(*DE.encode_debezium(e, disable_schema=True, table_columns=cols)) == "debezium"
+    assert sniff(*OE.encode_open(Resolved(5, POS))) == "open"
+    assert sniff(*CE.encode_canal_json(Resolved(5, POS))) == "canal-json"
+    assert sniff(*DE.encode_debezium(Resolved(5, POS), enable_tidb_extension=True)) == "debezium"
 
 
 @pytest.mark.parametrize("key, value", [
@@ -132,7 +132,7 @@ def test_noise_sniffs_as_nothing(key, value):
 
 
 def test_describe_mismatch():
-    key, value = O.encode_open(Resolved(5, POS))
+    key, value = OE.encode_open(Resolved(5, POS))
     assert describe_mismatch("open", key, value) is None
     text = describe_mismatch("canal-json", key, value)
     assert text is not None and "'canal-json'" in text and "'open'" in text

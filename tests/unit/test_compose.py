@@ -694,7 +694,7 @@ def test_sample_producer_writes_a_topic_the_applier_reads(stack: Stack, settings
 def test_sample_changefeed_decodes_and_routes_with_the_config(stack: Stack, settings: Settings) -> None:
     """The sample's protocol is the one the config decodes, and every table it promises a final state for
     is routed somewhere (not ignored), each to its own target table."""
-    from applier import workload
+    from applier.devtools import changefeed as workload
 
     tree = ast.parse(_sample_code(stack))
     gen = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "generate"]

@@ -12,7 +12,7 @@ import applier.decode as D
 from applier.codecs import decodes_alone, get_decoder
 from applier.config import ConfigError, parse_config
 from applier.events import DDL, DecodeError, KafkaMessage, Resolved, RowChange, SourcePosition
-from applier.workload import generate
+from applier.devtools.changefeed import generate
 
 OPTIONS = {"open": (), "canal-json": ()}
 

@@ -14,7 +14,7 @@ CRASHING = Path(__file__).resolve().parents[1] / "crashing_decoder"
 
 
 def test_the_killing_message_is_isolated_and_the_rest_decodes(monkeypatch) -> None:
-    from applier.workload import generate
+    from applier.devtools.changefeed import generate
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(CRASHING), os.environ.get("PYTHONPATH", "")]))
     good = [(k, v) for _, k, v in generate("canal-json", partitions=1, txns=8, seed=1, replays=0).messages][:12]

@@ -17,7 +17,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from applier.codecs.registry import (
-    InMemoryRegistry,
     RegistryAuthError,
     RegistryClient,
     RegistryError,
@@ -25,6 +24,7 @@ from applier.codecs.registry import (
     SchemaNotFound,
     parse_registry_url,
 )
+from applier.devtools.encoders.registry import InMemoryRegistry
 
 SCHEMA = json.dumps({"type": "record", "name": "t", "fields": [{"name": "a", "type": "int"}]})
 PASSWORD = "p@ss:w/rd%"
@@ -312,7 +312,7 @@ def test_in_memory_registry_semantics():
 
 
 def test_registry_service_is_optional_and_configurable(monkeypatch):
-    from applier import services
+    from applier.devtools import services
 
     assert services.normalize_only(None) == ["kafka", "mariadb", "postgres"]
     assert services.normalize_only("registry") == ["registry"]
@@ -333,8 +333,8 @@ def test_registry_service_is_optional_and_configurable(monkeypatch):
 
 
 def test_registry_service_command_and_maven_coordinates(tmp_path):
-    from applier.services import registry as R
-    from applier.services.jars import MAVEN_DEPENDENCY_PLUGIN
+    from applier.devtools.services import registry as R
+    from applier.jars import MAVEN_DEPENDENCY_PLUGIN
 
     cmd = R.command(tmp_path / "app-runner.jar", 18099)
     assert cmd[-2:] == ["-jar", str(tmp_path / "app-runner.jar")]

@@ -1,4 +1,4 @@
-"""Fast tests of applier.services' pure helpers (no Maven, no server is started here)."""
+"""Fast tests of applier.devtools.services' pure helpers (no Maven, no server is started here)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from applier import services
-from applier.services import ServicesError, Urls, build_urls, env_lines, normalize_only, urls
-from applier.services.databases import MARIADB_BOOTSTRAP_SQL, mariadb_cnf, pg_server_args
-from applier.services.jars import (
+from applier.devtools import services
+from applier.devtools.services import ServicesError, Urls, build_urls, env_lines, normalize_only, urls
+from applier.devtools.services.databases import MARIADB_BOOTSTRAP_SQL, mariadb_cnf, pg_server_args
+from applier.jars import (
     MAVEN_DEPENDENCY_PLUGIN,
     mvn_command,
     parse_repository_layout,
     render_pom,
     shipped_by,
 )
-from applier.services.kafka import server_properties
+from applier.devtools.services.kafka import server_properties
 
 NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 

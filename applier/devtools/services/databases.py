@@ -41,7 +41,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from applier.services import (
+from applier.devtools.services.common import (
     DB_NAME,
     DB_PASSWORD,
     DB_USER,
@@ -86,7 +86,7 @@ def mariadb_cnf(
     """The server's my.cnf (pure: unit-tested)."""
     user = "user = root\n" if as_root else ""
     return f"""\
-# private MariaDB for tests (written by applier.services.databases)
+# private MariaDB for tests (written by applier.devtools.services.databases)
 [mysqld]
 {user}datadir = {datadir}
 socket = {socket}

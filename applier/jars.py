@@ -1,4 +1,8 @@
-"""Java artifacts resolved with Maven into ``$APPLIER_HOME/jars``.
+"""The Java jars the pipeline needs, resolved with Maven into ``$APPLIER_HOME/jars`` (the product's own lookup).
+
+Why here and not in the local-services tooling: a deployed ``applier run`` needs Spark's Kafka source on its
+classpath and must not load the tooling to find it. The tooling (``applier.devtools.services``) resolves the
+Kafka broker's jars with the same :func:`resolve`.
 
 Two sets, each resolved once and then cached (a marker file lists the jars of a complete resolution,
 so a second call does no Maven run at all):
@@ -43,17 +47,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from applier.services import MAVEN_PACKAGE, ServicesError, applier_home, ensure_command
 
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 SCALA_SUFFIX = "2.13"
 DEFAULT_SPARK_VERSION = "4.2.0"
 TOKEN_PROVIDER_ARTIFACT = f"spark-token-provider-kafka-0-10_{SCALA_SUFFIX}"
 TOKEN_PROVIDER_FALLBACK = "4.0.0"
-KAFKA_VERSION = "4.3.0"
-# The log4j2 version Kafka 4.3.0 itself depends on (log4j-api/log4j-core 2.25.4): keep them equal.
-LOG4J_VERSION = "2.25.4"
 MARKER = ".complete.json"
+
+
+class JarsError(RuntimeError):
+    """The jars could not be resolved; the message says why and what to do."""
+
+
+def applier_home() -> Path:
+    """``$APPLIER_HOME`` (default ``~/.cache/applier``): the jar cache, and the local services' state."""
+    raw = os.environ.get("APPLIER_HOME") or "~/.cache/applier"
+    return Path(raw).expanduser().absolute()
 
 
 def jars_home() -> Path:
@@ -115,7 +125,7 @@ def render_pom(
         '         xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 '
         'http://maven.apache.org/xsd/maven-4.0.0.xsd">',
         "  <modelVersion>4.0.0</modelVersion>",
-        "  <groupId>applier.services</groupId>",
+        "  <groupId>applier.devtools.services</groupId>",
         f"  <artifactId>{name}</artifactId>",
         "  <version>1</version>",
         "  <packaging>pom</packaging>",
@@ -173,7 +183,7 @@ def shipped_by(names: set[str] | list[str], artifact_id: str) -> str | None:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -196,7 +206,9 @@ def _read_marker(folder: Path) -> list[str] | None:
 
 
 def _run_mvn(workdir: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    ensure_command("mvn", MAVEN_PACKAGE, "Maven resolves the Kafka jars from Maven Central")
+    if shutil.which("mvn") is None:
+        raise JarsError("mvn is not installed: Maven resolves Spark's Kafka source jars from Maven Central, once. "
+                        "Install it (apt-get install -y maven; bash .ci/setup installs every prerequisite)")
     return subprocess.run(
         mvn_command(out), cwd=workdir, capture_output=True, text=True, stdin=subprocess.DEVNULL
     )
@@ -207,12 +219,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ADVICE = re.compile(r"^\[ERROR\]\s*(\[Help \d+\]|To see the full|Re-run Maven|For more information|$)")
 
 
-def _tail(text: str, n: int = 12) -> str:
+def tail(text: str, n: int = 12) -> str:
     lines = [ln for ln in _ANSI.sub("", text).strip().splitlines() if ln.strip() and not _ADVICE.match(ln)]
     return "\n".join(lines[-n:])
 
 
-def _resolve(
+def resolve(
     folder: Path,
     what: str,
     attempts: list[tuple[str, list[tuple[str, str, str]], list[tuple[str, str, str]], str]],
@@ -227,7 +239,7 @@ def _resolve(
     cached = _read_marker(folder)
     if cached:
         return cached
-    with _locked(folder.parent / f".{folder.name}.lock"):
+    with locked(folder.parent / f".{folder.name}.lock"):
         cached = _read_marker(folder)
         if cached:
             return cached
@@ -246,11 +258,11 @@ def _resolve(
             if proc.returncode == 0:
                 break
             last_output = proc.stdout + proc.stderr
-            failures.append(f"[{note}]\n{_tail(proc.stdout + proc.stderr)}")
+            failures.append(f"[{note}]\n{tail(proc.stdout + proc.stderr)}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
             coords = ", ".join(f"{g}:{a}:{v}" for g, a, v in attempts[0][1])
-            raise ServicesError(
+            raise JarsError(
                 f"Maven could not resolve {what} ({coords}) and its runtime dependencies. "
                 "Maven Central must be reachable (through ~/.m2/settings.xml if a mirror is needed).\n"
                 + "\n".join(failures)
@@ -260,7 +272,7 @@ def _resolve(
             g, a, v = parse_repository_layout(tmp / "repo", jar)
             if keep(g, a, v):
                 if (tmp / jar.name).exists():
-                    raise ServicesError(f"two resolved jars share the file name {jar.name}")
+                    raise JarsError(f"two resolved jars share the file name {jar.name}")
                 shutil.move(str(jar), tmp / jar.name)
                 kept.append(jar.name)
             else:
@@ -280,7 +292,7 @@ def _resolve(
             + "\n"
         )
         if note != "exact":
-            print(f"applier.services: {what}: {note}", file=sys.stderr)
+            print(f"applier: {what}: {note}", file=sys.stderr)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
         jars = _read_marker(folder)
@@ -314,23 +326,4 @@ def spark_kafka_jars() -> list[str]:
     def keep(group: str, artifact: str, ver: str) -> bool:
         return shipped_by(provided, artifact) is None
 
-    return _resolve(folder, f"Spark's Kafka source for Spark {version}", attempts, keep)
-
-
-def kafka_broker_jars() -> list[str]:
-    """Absolute paths of the Kafka broker's classpath (kafka_2.13 + log4j2 slf4j binding)."""
-    folder = jars_home() / f"kafka-{KAFKA_VERSION}"
-    deps = [
-        ("org.apache.kafka", f"kafka_{SCALA_SUFFIX}", KAFKA_VERSION),
-        ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
-        ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
-    ]
-    return _resolve(
-        folder, f"the Kafka {KAFKA_VERSION} broker", [("exact", deps, [], "")], lambda g, a, v: True
-    )
-
-
-def kafka_broker_classpath() -> str:
-    """``<jars>/*`` for ``java -cp`` (after resolving)."""
-    jars = kafka_broker_jars()
-    return str(Path(jars[0]).parent / "*")
+    return resolve(folder, f"Spark's Kafka source for Spark {version}", attempts, keep)

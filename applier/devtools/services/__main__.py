@@ -1,4 +1,4 @@
-"""``python -m applier.services {start,stop,status,env,jars} [--only kafka,mariadb,postgres,registry]``
+"""``python -m applier.devtools.services {start,stop,status,env,jars} [--only kafka,mariadb,postgres,registry]``
 
 start   start what is not running yet (idempotent), wait until each answers, print the env lines
 stop    stop what start started here (pid files; SIGKILL after a timeout); idempotent
@@ -11,7 +11,7 @@ Without ``--only``, start/status cover Kafka, MariaDB and PostgreSQL; the schema
 Confluent-compatible API, for the Avro protocol) runs only when named: ``--only registry`` (or
 ``--only kafka,registry``). ``stop`` without ``--only`` stops it too.
 
-Typical use: ``eval "$(python -m applier.services start)"``.  Progress goes to stderr, so that
+Typical use: ``eval "$(python -m applier.devtools.services start)"``.  Progress goes to stderr, so that
 stdout carries only the export lines.
 """
 
@@ -21,8 +21,8 @@ import argparse
 import sys
 import time
 
-from applier import services
-from applier.services import ServicesError
+from applier.devtools import services
+from applier.devtools.services.common import ServicesError
 
 
 def _progress(msg: str) -> None:
@@ -39,7 +39,7 @@ def _registry_up() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m applier.services", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m applier.devtools.services", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["start", "stop", "status", "env", "jars"])
     parser.add_argument("--only", default=None,
                         help="comma-separated subset of: " + ",".join(services.ALL_SERVICES)
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             print(",".join(services.spark_kafka_jars()))
             return 0
     except ServicesError as exc:
-        print(f"applier.services: {exc}", file=sys.stderr)
+        print(f"applier.devtools.services: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

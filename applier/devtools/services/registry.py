@@ -4,7 +4,7 @@ Confluent's own registry is not on Maven Central; Apicurio Registry is. This run
 :data:`APICURIO_VERSION` (``io.apicurio:apicurio-registry-app``, the ``all`` ``tar.gz`` assembly: a Quarkus
 runner jar plus ``lib/``) with its default in-memory storage (an H2 database in memory: every restart
 starts empty). Its Confluent-compatible API lives under ``/apis/ccompat/v7``, which is what
-:attr:`applier.services.Urls.registry_url` points at.
+:attr:`applier.devtools.services.Urls.registry_url` points at.
 
 Why 3.0.9: the 3.3.x releases are compiled for Java 21 (``maven.compiler.release`` 21) and this project's
 machines run Java 17; 3.0.9 is the newest 3.x release whose classes run on 17.
@@ -37,7 +37,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from applier.services import (
+from applier.devtools.services.common import (
     HOST,
     JAVA_PACKAGE,
     MAVEN_PACKAGE,
@@ -55,7 +55,7 @@ from applier.services import (
     stop_managed,
     wait_until,
 )
-from applier.services.jars import MAVEN_DEPENDENCY_PLUGIN, _locked, _tail, jars_home
+from applier.jars import MAVEN_DEPENDENCY_PLUGIN, jars_home, locked, tail
 
 NAME = "registry"
 APICURIO_GROUP = "io.apicurio"
@@ -124,7 +124,7 @@ def _download(tmp: Path) -> tuple[Path, str]:
     archive = tmp / Path(artifact_path()).name
     if r.returncode == 0 and archive.is_file():
         return archive, f"maven-dependency-plugin copy {coordinates()}"
-    first = _tail(r.stdout + r.stderr)
+    first = tail(r.stdout + r.stderr)
     repo = os.environ.get("APPLIER_MAVEN_REPOSITORY", MAVEN_CENTRAL).rstrip("/")
     r2 = _run_mvn(mvn_wagon_command(repo, artifact_path(), archive), work)
     r3 = _run_mvn(mvn_wagon_command(repo, artifact_path() + ".sha1", tmp / "archive.sha1"), work)
@@ -132,7 +132,7 @@ def _download(tmp: Path) -> tuple[Path, str]:
         raise ServicesError(
             f"Maven could not fetch Apicurio Registry ({coordinates()}).\n"
             f"[dependency:copy]\n{first}\n[wagon download-single from {repo}]\n"
-            f"{_tail(r2.stdout + r2.stderr + r3.stdout + r3.stderr)}\n"
+            f"{tail(r2.stdout + r2.stderr + r3.stdout + r3.stderr)}\n"
             "Maven Central must be reachable (set APPLIER_MAVEN_REPOSITORY for a mirror)."
         )
     expected = (tmp / "archive.sha1").read_text().split()[0].strip().lower()
@@ -176,7 +176,7 @@ def resolve() -> Path:
     jar = _read_marker(folder)
     if jar:
         return jar
-    with _locked(folder.parent / f".{folder.name}.lock"):
+    with locked(folder.parent / f".{folder.name}.lock"):
         jar = _read_marker(folder)
         if jar:
             return jar

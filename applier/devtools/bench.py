@@ -1,8 +1,8 @@
-"""``python -m applier.bench``: end-to-end throughput of the applier on the local services, with its own yardsticks.
+"""``python -m applier.devtools.bench``: end-to-end throughput of the applier on the local services, with its own yardsticks.
 
 One run does, in this order:
 
-1. **Generate and produce** a TiCDC changefeed (``applier.workload.generate_bench``: N mixed-type tables, hot
+1. **Generate and produce** a TiCDC changefeed (``applier.devtools.bench_stream.generate_bench``: N mixed-type tables, hot
    keys, inserts/updates/deletes/PK changes, transactions of varying size plus one of ``--big-txn-rows`` rows,
    resolved ts every second of upstream time, TiCDC-restart replays) straight from a generator into a new Kafka
    topic. The driver never holds the workload: the expected final state is a per-table checksum.
@@ -102,7 +102,7 @@ def parse_mix(text: str) -> tuple[float, float, float]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m applier.bench",
+        prog="python -m applier.devtools.bench",
         description="Generate a TiCDC changefeed into the local Kafka, apply it with the applier until caught up, "
                     "verify the target and compare the throughput with the raw bulk-load and Kafka read rates "
                     "measured in the same run.")
@@ -286,7 +286,7 @@ def service_cpu_ticks() -> dict[str, int]:
     Backends that exit in between lose their ticks, so a difference of two readings is a lower bound."""
     out: dict[str, int] = {}
     try:
-        from applier import services
+        from applier.devtools import services
         sts = services.status()
     except Exception:
         return out
@@ -651,7 +651,7 @@ def target_checksums(engine, schema: str, tables: Iterable[str]) -> dict[str, An
     from sqlalchemy import select
 
     from applier.sinks import sink_for
-    from applier.workload import TableChecksum
+    from applier.devtools.bench_stream import TableChecksum
 
     sink = sink_for(engine)
     out = {}
@@ -678,7 +678,7 @@ def applied_resolved_ts(engine, pipeline: str) -> int | None:
 
 
 def _bulk_rows(n: int, seed: int) -> Iterator[list[tuple[Any, ...]]]:
-    from applier.workload import BENCH_COLUMN_NAMES, bench_row
+    from applier.devtools.bench_stream import BENCH_COLUMN_NAMES, bench_row
     for lo in range(0, n, BULK_CHUNK_ROWS):
         yield [tuple(bench_row(0, k, 1, seed)[c] for c in BENCH_COLUMN_NAMES)
                for k in range(lo, min(n, lo + BULK_CHUNK_ROWS))]
@@ -687,7 +687,7 @@ def _bulk_rows(n: int, seed: int) -> Iterator[list[tuple[Any, ...]]]:
 def bulk_load_postgres(engine, schema: str, like: str, n: int, seed: int) -> dict[str, Any]:
     """COPY n rows of the bench shape into a fresh table (same columns and primary key) in one transaction.
     Generating the Python rows is not timed; psycopg's formatting (write_row) and the server's load are."""
-    from applier.workload import BENCH_COLUMN_NAMES
+    from applier.devtools.bench_stream import BENCH_COLUMN_NAMES
 
     prep = engine.dialect.identifier_preparer
     table = f"{prep.quote_schema(schema)}.{prep.quote('bench_bulk_load')}"
@@ -734,7 +734,7 @@ def bulk_load_mysql(url, schema: str, like: str, n: int, seed: int) -> dict[str,
     one transaction. Writing the TSV files from Python values is timed separately and counted in the rate."""
     from sqlalchemy import create_engine
 
-    from applier.workload import BENCH_COLUMN_NAMES, BENCH_KINDS
+    from applier.devtools.bench_stream import BENCH_COLUMN_NAMES, BENCH_KINDS
 
     eng = create_engine(url, connect_args={"local_infile": True})
     prep = eng.dialect.identifier_preparer
@@ -802,7 +802,7 @@ def versions(urls, target: str) -> dict[str, str]:
     except Exception:  # pragma: no cover
         pass
     try:
-        from applier.services import jars
+        from applier import jars
         out["kafka"] = jars.KAFKA_VERSION
         out["spark-sql-kafka"] = jars.spark_version()
     except Exception:
@@ -849,10 +849,10 @@ def machine() -> dict[str, Any]:
 
 
 def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
-    from applier import services
+    from applier.devtools import services
     from applier.config import parse_config
     from applier.pipeline import make_engine, run, spark_session
-    from applier.workload import generate_bench
+    from applier.devtools.bench_stream import generate_bench
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     urls = services.start({"kafka", a.target})

@@ -1,33 +1,7 @@
-"""Real local services for the tests, the demo and the benchmark: Kafka, MariaDB, PostgreSQL, and on request
-a Confluent-compatible schema registry (Apicurio Registry, for the Avro protocol).
+"""What the local services share: ports and URLs, the state home, spawning, waiting, stopping, apt installs.
 
-``python -m applier.services start|stop|status|env|jars`` (see ``__main__``), or from Python::
-
-    from applier.services import spark_kafka_jars, start, stop, urls, Urls
-
-    u = start()                  # idempotent; Urls(kafka=..., mariadb_url=..., pg_url=..., registry_url=...)
-    start({"registry"})          # the schema registry is optional: only started when asked for
-    jars = spark_kafka_jars()    # absolute jar paths for spark.jars
-    stop()                       # stops exactly what start() started (pid files)
-
-Everything lives under a state home, ``$APPLIER_HOME`` or ``~/.cache/applier``::
-
-    jars/      Maven-resolved jars (spark-kafka-<ver>/, kafka-<ver>/, apicurio-registry-<ver>/)
-    kafka/     server.properties, log4j2.properties, data/p<port>/ (KRaft log + metadata)
-    mariadb/   my.cnf, data/ (datadir, socket, pid)
-    postgres/  data/ (PGDATA), or a LOCATION file pointing elsewhere (see databases.py)
-    registry/  working directory of the schema registry (its storage is in memory)
-    logs/      kafka.out, kafka-server.log, mariadb.err, mariadb.out, postgres.out, registry.out
-    run/       <service>.pid of the processes started here, and a lock file
-
-Ports: Kafka 19092 (controller 19093), MariaDB 13306, PostgreSQL 15432, schema registry 18081, all on
-127.0.0.1; override with APPLIER_KAFKA_PORT (APPLIER_KAFKA_CONTROLLER_PORT, default Kafka port + 1),
-APPLIER_MARIADB_PORT, APPLIER_PG_PORT, APPLIER_REGISTRY_PORT.  If something already answers on a port and
-it was not started from this state home, it is used as it is ("external") and never stopped.
-
-The schema registry is an optional service: ``start()``/``status()`` without arguments cover only Kafka,
-MariaDB and PostgreSQL; ``start({"registry"})`` (or ``--only registry``) starts it; ``stop()`` without
-arguments stops it too if it was started here.
+Why apart from the package's face (``__init__``): each service module imports these, and the face imports the
+service modules, so keeping them in the face made an import loop.
 """
 
 from __future__ import annotations
@@ -45,20 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = [
-    "ALL_SERVICES",
-    "OPTIONAL_SERVICES",
-    "SERVICES",
-    "ServicesError",
-    "Urls",
-    "applier_home",
-    "env_lines",
-    "spark_kafka_jars",
-    "start",
-    "status",
-    "stop",
-    "urls",
-]
+from applier.jars import applier_home
 
 SERVICES = ("kafka", "mariadb", "postgres")  # what start()/status() cover without arguments
 OPTIONAL_SERVICES = ("registry",)  # started only when asked for by name
@@ -90,11 +51,6 @@ class Urls:
 
 # ---------------------------------------------------------------------------------------------
 # configuration
-
-
-def applier_home() -> Path:
-    raw = os.environ.get("APPLIER_HOME") or "~/.cache/applier"
-    return Path(raw).expanduser().absolute()
 
 
 def home_dir(*parts: str) -> Path:
@@ -403,7 +359,7 @@ def apt_install(*packages: str) -> None:
     created = False
     try:
         if not policy.exists():
-            policy.write_text("#!/bin/sh\n# temporary, from applier.services\nexit 101\n")
+            policy.write_text("#!/bin/sh\n# temporary, from applier.devtools.services\nexit 101\n")
             policy.chmod(0o755)
             created = True
         if not _APT_UPDATED:
@@ -442,54 +398,6 @@ def ensure_command(command: str, package: str, needed_for: str) -> str:
         raise ServicesError(f"{command} is not installed ({needed_for}): run apt-get install -y {package} as root "
                             "(or bash .ci/setup, which installs every prerequisite)")
     return found
-
-
-# ---------------------------------------------------------------------------------------------
-# the public API
-
-
-def spark_kafka_jars() -> list[str]:
-    """Absolute paths of Spark's Kafka source jars (resolved with Maven once, then cached)."""
-    from applier.services.jars import spark_kafka_jars as _resolve
-
-    return _resolve()
-
-
-def _module(service: str):
-    if service == "kafka":
-        from applier.services import kafka
-
-        return kafka
-    if service == "registry":
-        from applier.services import registry
-
-        return registry
-    from applier.services import databases
-
-    return databases.MARIADB if service == "mariadb" else databases.POSTGRES
-
-
-def start(only: set[str] | None = None) -> Urls:
-    """Start the services (Kafka, MariaDB, PostgreSQL; or ``only``, which may name the optional "registry")
-    unless they already run; wait until each answers."""
-    for service in normalize_only(only):
-        with services_lock():
-            _module(service).start()
-    return urls()
-
-
-def stop(only: set[str] | None = None) -> None:
-    """Stop the services that start() started (all, the optional registry included, or ``only``); never an
-    external one."""
-    errors = []
-    for service in reversed(normalize_only(only, default=ALL_SERVICES)):
-        with services_lock():
-            try:
-                _module(service).stop()
-            except ServicesError as exc:
-                errors.append(str(exc))
-    if errors:
-        raise ServicesError("\n".join(errors))
 
 
 @dataclass(frozen=True)
@@ -532,8 +440,3 @@ def managed_status(service: str, marker: str, port_number: int, detail: str) -> 
     if up:
         return ServiceStatus(service, url_for(service), "external", None, "not started from this state home")
     return ServiceStatus(service, url_for(service), "stopped")
-
-
-def status(only: set[str] | None = None) -> list[ServiceStatus]:
-    return [_module(s).status() for s in normalize_only(only)]
-

@@ -1,6 +1,6 @@
 """``applier demo``: the main job on a local default, from nothing.
 
-Starts local Kafka and the chosen database (``python -m applier.services``), writes a sample TiCDC changefeed
+Starts local Kafka and the chosen database (``python -m applier.devtools.services``), writes a sample TiCDC changefeed
 (several tables, DDL, PK-changing updates, replays) into a topic, applies it with ``--until-caught-up``, then
 checks the target against the stream's expected final state and prints the status.
 """
@@ -12,12 +12,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from applier import services
+from applier.devtools import services
 from applier.config import parse_config
 from applier.pipeline import make_engine, run
 from applier.report import format_status, status
-from applier.verify import compare_tables
-from applier.workload import generate, produce
+from applier.devtools.verify import compare_tables
+from applier.devtools.changefeed import generate, produce
 
 
 def demo(target: str = "mariadb", protocol: str = "canal-json") -> int:
@@ -52,5 +52,5 @@ def demo(target: str = "mariadb", protocol: str = "canal-json") -> int:
         return 1
     print(f"target {schema} equals the upstream state row for row "
           f"({sum(len(v) for v in wl.expected.values())} rows in {len(wl.expected)} tables). "
-          "Stop the local services with: python -m applier.services stop")
+          "Stop the local services with: python -m applier.devtools.services stop")
     return 0

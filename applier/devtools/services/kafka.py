@@ -18,7 +18,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from applier.services import (
+from applier.jars import SCALA_SUFFIX, jars_home, resolve
+from applier.devtools.services.common import (
     HOST,
     JAVA_PACKAGE,
     ServicesError,
@@ -43,7 +44,7 @@ STOP_TIMEOUT = 60.0
 HEAP = "1g"
 
 LOG4J2 = """\
-# log4j2 configuration of the local test broker (written by applier.services.kafka)
+# log4j2 configuration of the local test broker (written by applier.devtools.services.kafka)
 status = warn
 name = applier-kafka
 property.dir = ${sys:kafka.logs.dir}
@@ -83,7 +84,7 @@ def data_dir(client_port: int | None = None) -> Path:
 def server_properties(client_port: int, controller_port: int, data: Path, host: str = HOST) -> str:
     """The broker's server.properties (pure: unit-tested)."""
     return f"""\
-# single-node KRaft broker+controller for tests (written by applier.services.kafka)
+# single-node KRaft broker+controller for tests (written by applier.devtools.services.kafka)
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers={host}:{controller_port}
@@ -129,8 +130,6 @@ def _jvm_opts(logs: Path, log4j: Path) -> list[str]:
 
 
 def _write_config() -> tuple[Path, Path, Path]:
-    from applier.services.jars import kafka_broker_classpath
-
     classpath = kafka_broker_classpath()
     data = data_dir()
     data.mkdir(parents=True, exist_ok=True)
@@ -221,3 +220,28 @@ def reset_data() -> None:
 
 
 __all__ = ["start", "stop", "status", "server_properties", "metadata_ready", "reset_data"]
+
+
+KAFKA_VERSION = "4.3.0"
+# The log4j2 version Kafka 4.3.0 itself depends on (log4j-api/log4j-core 2.25.4): keep them equal.
+LOG4J_VERSION = "2.25.4"
+
+
+def kafka_broker_jars() -> list[str]:
+    """Absolute paths of the Kafka broker's classpath (kafka_2.13 + log4j2 slf4j binding)."""
+    from applier.devtools.services.common import MAVEN_PACKAGE, ensure_command
+
+    ensure_command("mvn", MAVEN_PACKAGE, "Maven resolves the Kafka jars from Maven Central")
+    folder = jars_home() / f"kafka-{KAFKA_VERSION}"
+    deps = [
+        ("org.apache.kafka", f"kafka_{SCALA_SUFFIX}", KAFKA_VERSION),
+        ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+        ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
+    ]
+    return resolve(folder, f"the Kafka {KAFKA_VERSION} broker", [("exact", deps, [], "")], lambda g, a, v: True)
+
+
+def kafka_broker_classpath() -> str:
+    """``<jars>/*`` for ``java -cp`` (after resolving)."""
+    jars = kafka_broker_jars()
+    return str(Path(jars[0]).parent / "*")

@@ -1,0 +1,117 @@
+"""Helpers the end-to-end tests share (plain functions and classes; the fixtures stay in conftest.py).
+
+Why a module of its own: tests import these by name, and a conftest is pytest's to load, not a module to import.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from applier import migrate
+from applier.codecs import get_decoder
+from applier.devtools.encoders.open import encode_open, encode_open_batch
+from applier.events import KafkaMessage, RowChange, SourcePosition
+from applier.processor import BatchProcessor
+from applier.progress import ProgressStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# Name parts of the topics this session made: every test topic carries its `unique` token (or is registered by
+# name). Only those are deleted at the end: another pytest session on the same broker keeps its topics.
+_MADE: set[str] = set()
+
+
+def made_topic(name_or_token: str) -> None:
+    """Register a topic (or a token in its name) this session created, for deletion at the end."""
+    _MADE.add(name_or_token)
+
+
+def target_url(urls, target: str) -> str:
+    return urls.mariadb_url if target == "mariadb" else urls.pg_url
+
+
+def config(urls, target: str, protocol: str, topic: str, schema: str, ckpt: Path, **pipeline) -> dict:
+    return {
+        "pipeline": {"name": f"p-{topic}", "checkpoint_dir": str(ckpt), **pipeline},
+        "source": {"bootstrap_servers": urls.kafka, "topics": [topic], "protocol": protocol},
+        "target": {"url": target_url(urls, target)},
+        "route": [{"match": "shop.*", "schema": schema}, {"match": "shop.audit_*", "ignore": True}],
+    }
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # JSON string escapes are valid TOML basic-string escapes
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {v!r}")
+
+
+def write_toml(path: Path, cfg: dict) -> Path:
+    """A config dict (as :func:`config` builds it) as a TOML file, for tests that run the ``applier`` CLI."""
+    out: list[str] = []
+
+    def table(name: str, data: dict) -> None:
+        out.append(f"[{name}]")
+        subs = []
+        for k, v in data.items():
+            if isinstance(v, dict):
+                subs.append((k, v))
+            else:
+                out.append(f"{json.dumps(k)} = {_toml_value(v)}")
+        for k, v in subs:
+            table(f"{name}.{k}", v)
+
+    for section, data in cfg.items():
+        if isinstance(data, list):
+            for item in data:
+                out.append(f"[[{section}]]")
+                out.extend(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in item.items())
+        else:
+            table(section, data)
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+# ---- the apply stage without Spark: Open Protocol messages on one partition ----------------------------------
+
+TOPIC = "t"
+POS = SourcePosition(TOPIC, 0, 0)
+
+
+class Feed:
+    """Encodes events as TiCDC Open Protocol messages on one partition, with increasing offsets."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+
+    def msgs(self, *events, batch: int = 1) -> list[KafkaMessage]:
+        out = []
+        evs = list(events)
+        i = 0
+        while i < len(evs):
+            group = [evs[i]]
+            if isinstance(evs[i], RowChange):
+                while len(group) < batch and i + len(group) < len(evs) and isinstance(evs[i + len(group)], RowChange):
+                    group.append(evs[i + len(group)])
+            k, v = encode_open_batch(group) if len(group) > 1 else encode_open(group[0])
+            out.append(KafkaMessage(TOPIC, 0, self.offset, k, v))
+            self.offset += 1
+            i += len(group)
+        return out
+
+
+def processor(engine, name: str, route, **kw) -> BatchProcessor:
+    migrate.upgrade(engine)
+    store = ProgressStore(name, "open")
+    store.claim(engine)
+    with engine.connect() as c:
+        state = store.load(c)
+    return BatchProcessor(engine=engine, decoder=get_decoder("open"), route=route, store=store, state=state,
+                          partitions=[(TOPIC, 0)], **kw)
