@@ -33,6 +33,7 @@ from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.sinks import ApplyError, Sink, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
+from applier.timing import NO_TIMING, StageTimer
 from applier.sinks.table import shown
 
 log = logging.getLogger("applier.apply")
@@ -55,9 +56,11 @@ class ApplyStats:
 class Applier:
     def __init__(self, engine: Engine, sink: Sink, route: Route, store: ProgressStore, *,
                  on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS, replace_mode: bool = False,
-                 ddl_scope: Callable[[str, str], bool] | None = None) -> None:
+                 ddl_scope: Callable[[str, str], bool] | None = None, timer: StageTimer = NO_TIMING) -> None:
         self.engine = engine
         self.sink = sink
+        self.timer = timer
+        sink.timer = timer
         self.route = route
         # names a DDL may touch beyond its message's own schema: those a [[route]] rule keeps on purpose
         self.ddl_scope = ddl_scope or (lambda schema, table: False)
@@ -86,10 +89,12 @@ class Applier:
                         self._write_rows(conn, chunk, progress, stats)
                         chunk = []
                         # everything before the DDL is applied: commit it before the (non-transactional) DDL
-                        self.store.save(conn, applied_ts=max(ev.commit_ts - 1, rel.applied_ts),
-                                        checkpoints=rel.checkpoint(), table_progress=progress)
+                        with self.timer.span("progress"):
+                            self.store.save(conn, applied_ts=max(ev.commit_ts - 1, rel.applied_ts),
+                                            checkpoints=rel.checkpoint(), table_progress=progress)
                         progress = {}
-                        tx.commit()
+                        with self.timer.span("commit"):
+                            tx.commit()
                         stats.transactions += 1
                         self._apply_ddl(conn, ev, rel, stats)
                         tx = conn.begin()
@@ -101,9 +106,11 @@ class Applier:
                         chunk = []
                 self._write_rows(conn, chunk, progress, stats)
                 rel.forget()
-                self.store.save(conn, applied_ts=rel.applied_ts, checkpoints=rel.checkpoint(),
-                                table_progress=progress, batches=batches)
-                tx.commit()
+                with self.timer.span("progress"):
+                    self.store.save(conn, applied_ts=rel.applied_ts, checkpoints=rel.checkpoint(),
+                                    table_progress=progress, batches=batches)
+                with self.timer.span("commit"):
+                    tx.commit()
                 stats.transactions += 1
             except BaseException:
                 if tx.is_active:
@@ -132,9 +139,13 @@ class Applier:
                     f"reading target table {shown(*target)} failed: {db_reason(exc)}")
                 raise ApplyError(f"{what} (upstream table {shown(schema, table)}, events from {first} to {last})"
                                  ) from exc
-            plan = plan_batch(meta, changes, replace=self.replace_mode)
+            with self.timer.span("plan"):
+                plan = plan_batch(meta, changes, replace=self.replace_mode)
             try:
-                self.sink.write(conn, plan)
+                with self.timer.span("write"):
+                    self.sink.write(conn, plan)
+                self.timer.count("rows_upserted", len(plan.upserts))
+                self.timer.count("rows_deleted", len(plan.deletes))
             except ApplyError:
                 raise
             except Exception as exc:

@@ -25,7 +25,7 @@ EXIT_FENCED = 6
 
 
 def consistency_of(settings: Settings) -> str:
-    gated = getattr(settings.source.decoder(), "gated", True)
+    gated = settings.source.decoder().gated
     return "transactional (resolved-ts gated)" if gated else "per-key order (offset order per partition)"
 
 

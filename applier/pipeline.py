@@ -18,7 +18,7 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +27,7 @@ from sqlalchemy.engine import Engine
 
 from applier import migrate
 from applier.config import Settings
+from applier.codecs import batch_hint
 from applier.crashguard import DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
 from applier.decode import (
     CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
@@ -38,21 +39,14 @@ from applier.processor import BatchProcessor, BatchReport
 from applier.progress import ProgressStore
 from applier.report import ProgressLine
 from applier.session import reset_checkpoint, spark_session
+from applier.timing import NO_TIMING, StageTimer
 
 __all__ = ["PipelineStopped", "RunResult", "make_engine", "run", "spark_session"]
 
 log = logging.getLogger("applier.pipeline")
 
-# Default bound on one micro-batch, in Kafka messages. Open Protocol batches up to 16 row changes per
-# message, so 200k messages (~3.2M rows, ~2 GB) overran the Spark JVM's heap in the benchmark; its default
-# keeps a batch near 200k row changes like the one-row-per-message protocols.
-DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
-DEFAULT_MAX_OFFSETS_PER_TRIGGER_BY_PROTOCOL = {"open": 12_500}
-
-
 def max_offsets_per_trigger(settings: Settings) -> int:
-    return settings.pipeline.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER_BY_PROTOCOL.get(
-        settings.source.protocol, DEFAULT_MAX_OFFSETS_PER_TRIGGER)
+    return settings.pipeline.max_offsets_per_trigger or batch_hint(settings.source.protocol)
 
 
 # The Kafka source's columns a micro-batch is read with, in KafkaMessage's field order.
@@ -196,6 +190,7 @@ def check_brokers_reachable(settings: Settings, timeout: float = 5.0) -> None:
 class RunResult:
     batches: int
     report: BatchReport
+    gate: dict[str, int] = field(default_factory=dict)  # the gate's counters: duplicates dropped, spills
 
 
 def make_engine(settings: Settings) -> Engine:
@@ -278,8 +273,10 @@ class _Lock:
         self.fh.close()
 
 
-def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progress: bool | None = None) -> RunResult:
-    """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped."""
+def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progress: bool | None = None,
+        timer: StageTimer = NO_TIMING) -> RunResult:
+    """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped.
+    ``timer`` receives every stage's durations (applier.timing; the benchmark uses it)."""
     check_brokers_reachable(settings)
     engine = make_engine(settings)
     try:
@@ -290,7 +287,7 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
                 spark = spark_session(settings)
             try:
                 with bulk_gc():
-                    return _run_retrying(settings, spark, engine, until_caught_up, progress)
+                    return _run_retrying(settings, spark, engine, until_caught_up, progress, timer)
             finally:
                 if own_spark:
                     spark.stop()
@@ -299,7 +296,7 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
 
 
 def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bool,
-                  progress: bool | None) -> RunResult:
+                  progress: bool | None, timer: StageTimer = NO_TIMING) -> RunResult:
     """Invariant 14: a transient target fault (lost connection, restart, deadlock, lock-wait timeout) is not a
     failure. The failed transaction rolled back with its progress, so the run starts over from the progress
     tables (a new query, the same Spark session) -- the crash-recovery path, which replays exactly the
@@ -328,7 +325,7 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
     try:
         for attempt in retrying:
             with attempt:
-                return _run(settings, spark, engine, until_caught_up, progress, mark)
+                return _run(settings, spark, engine, until_caught_up, progress, mark, timer)
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -340,7 +337,7 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
 
 
 def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progress: bool | None,
-         mark: dict[str, float | None]) -> RunResult:
+         mark: dict[str, float | None], timer: StageTimer = NO_TIMING) -> RunResult:
     # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
     # only a run that can work takes the pipeline over from another writer.
     query_dir = reset_checkpoint(spark, settings)
@@ -368,7 +365,7 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
-        guard=guard,
+        guard=guard, timer=timer,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]
@@ -398,6 +395,11 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
     handoff: BatchHandoff[tuple[int, list]] = BatchHandoff(apply_batch, on_error=stop_query)
 
     def on_batch(df, batch_id: int) -> None:
+        with timer.span("on_batch"):
+            _on_batch(df, batch_id)
+        timer.count("batches", 1)
+
+    def _on_batch(df, batch_id: int) -> None:
         handoff.raise_if_failed()
         if on_executors:
             try:
@@ -410,7 +412,8 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
                 payload = decode_isolated(spec, read_messages(df))
         else:
             payload = read_messages(df)
-        handoff.submit((batch_id, payload))  # waits for the previous batch, raises its error
+        with timer.span("submit_wait"):
+            handoff.submit((batch_id, payload))  # waits for the previous batch, raises its error
 
     reader = spark.readStream.format("kafka")
     for k, v in settings.source.spark_options().items():
@@ -430,11 +433,12 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
         except Exception as exc:
             if handoff.error is None:
                 raise PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}") from exc
-        handoff.close()  # the last handed-over batch is applied before run() returns
+        with timer.span("drain"):
+            handoff.close()  # the last handed-over batch is applied before run() returns
     finally:
         handoff.close()
         line.close()
         processor.close()
     if handoff.error is not None:
         raise handoff.error from None
-    return RunResult(processor.batches, processor.totals)
+    return RunResult(processor.batches, processor.totals, dict(processor.gate.stats))

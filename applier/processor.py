@@ -15,13 +15,14 @@ from typing import Iterable
 from sqlalchemy.engine import Engine
 
 from applier.apply import Applier, ApplyStats
-from applier.codecs import Decoder
+from applier.codecs import Decoder, HoldsMessages
 from applier.crashguard import DriverDecodeGuard
 from applier.decode import Decoded, decode_chunk, decode_messages
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import PipelineState, ProgressStore
 from applier.sinks import sink_for
+from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.processor")
 
@@ -42,25 +43,27 @@ class BatchProcessor:
     def __init__(self, *, engine: Engine, decoder: Decoder, route, store: ProgressStore, state: PipelineState,
                  partitions: Iterable[tuple[str, int]], on_decode_error: str = "stop",
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
-                 on_unsupported_ddl: str = "stop", ddl_scope=None, guard: DriverDecodeGuard | None = None) -> None:
+                 on_unsupported_ddl: str = "stop", ddl_scope=None, guard: DriverDecodeGuard | None = None,
+                 timer: StageTimer = NO_TIMING) -> None:
+        self.timer = timer
         self.decoder = decoder
         self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
         self.route = route
         self.stop_at_error = on_decode_error != "quarantine"
         holds = None
-        if hasattr(decoder, "held_offsets") and hasattr(decoder, "held_min_commit_ts"):
+        if isinstance(decoder, HoldsMessages):
             holds = lambda: (decoder.held_offsets(), decoder.held_min_commit_ts())  # noqa: E731
         self.gate = Gate(
             partitions=partitions, applied_ts=state.applied_ts,
             partition_resolved={tp: cp.resolved_ts for tp, cp in state.checkpoints.items()},
-            budget_bytes=budget_bytes, spill_dir=spill_dir, gated=getattr(decoder, "gated", True),
+            budget_bytes=budget_bytes, spill_dir=spill_dir, gated=decoder.gated,
             upstream_holds=holds,
         )
         for tp, cp in state.checkpoints.items():
             self.gate.next_offsets[tp] = cp.restart_offset
         self.applier = Applier(engine, sink_for(engine, batch_rows), route, store,
                                on_unsupported_ddl=on_unsupported_ddl, replace_mode=not self.gate.gated,
-                               ddl_scope=ddl_scope)
+                               ddl_scope=ddl_scope, timer=timer)
         self.batches = 0
         self.totals = BatchReport()
         self._routed: dict[tuple[str, str], bool] = {}
@@ -68,6 +71,10 @@ class BatchProcessor:
 
     def process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
         """One micro-batch of raw records, decoded here (in the calling thread)."""
+        with self.timer.span("process"):
+            return self._process(messages)
+
+    def _process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
         t0 = time.perf_counter()
         if self.guard is not None:
             decoded = self.guard.decode(self.decoder, messages, stop_at_error=self.stop_at_error)
@@ -77,6 +84,10 @@ class BatchProcessor:
 
     def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
         """One micro-batch decoded by Spark's Python workers (:func:`applier.decode.decode_arrow_batches`)."""
+        with self.timer.span("process"):
+            return self._process_chunks(chunks)
+
+    def _process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
         t0 = time.perf_counter()
         decoded = Decoded()
         for chunk in chunks:
@@ -92,7 +103,7 @@ class BatchProcessor:
             if self.stop_at_error:
                 raise exc
             quarantined.append((bad, exc.reason))
-            if getattr(exc, "held_message", None) is None:
+            if exc.held_message is None:
                 gate.note_offset(bad.topic, bad.partition, bad.offset)
             log.error("quarantined %s", exc)
         for topic, partition, offset in decoded.empty:
@@ -123,6 +134,8 @@ class BatchProcessor:
         rep.applied = self.applier.apply(gate.release(), quarantined=quarantined)
         t3 = time.perf_counter()
         rep.seconds = {"decode": decode_seconds + t1 - t0, "gate": t2 - t1, "apply": t3 - t2}
+        for stage, secs in rep.seconds.items():
+            self.timer.add(stage, secs)
         rep.global_resolved = gate.global_resolved()
         rep.applied_ts = gate.applied_ts
         rep.held = gate.held

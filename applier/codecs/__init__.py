@@ -14,7 +14,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from applier.events import Event, KafkaMessage
 
-__all__ = ["Decoder", "decodes_alone", "get_decoder", "protocols"]
+__all__ = ["Decoder", "HoldsMessages", "batch_hint", "decodes_alone", "get_decoder", "protocols"]
+
+# Kafka messages per micro-batch when [pipeline] max_offsets_per_trigger is not set. A decoder class may say
+# otherwise with a class attribute ``max_offsets_per_trigger`` (Open Protocol batches up to 16 row changes per
+# message, so 200k of its messages, ~3.2M rows, overran the Spark JVM's heap in the benchmark).
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
 
 @runtime_checkable
@@ -25,6 +30,29 @@ class Decoder(Protocol):
     def decode(self, msg: KafkaMessage) -> list[Event]:
         """All events of one Kafka record, in order; raises DecodeError for malformed input."""
         ...
+
+
+@runtime_checkable
+class HoldsMessages(Protocol):
+    """A decoder that may hold messages back until it can decode them (Simple, waiting for a table's schema).
+    The gate asks it, so that no offset past a held message is committed as done and nothing at or above a held
+    message's commit ts is applied before it."""
+
+    def held_offsets(self) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> lowest offset of a held message."""
+        ...
+
+    def held_min_commit_ts(self) -> int | None:
+        """The lowest commit ts among held messages (None when nothing is held or it is unknown)."""
+        ...
+
+
+def _decoder_class(protocol: str) -> type | None:
+    entry = _DECODERS.get(protocol)
+    if entry is None:
+        return None
+    module, cls_name = entry
+    return getattr(importlib.import_module(module), cls_name)
 
 
 # protocol name -> (module, class). Imported lazily so one broken codec does not break the others.
@@ -46,11 +74,14 @@ def decodes_alone(protocol: str) -> bool:
     """Whether a message of ``protocol`` decodes without anything learnt from earlier messages (no schema
     cache, no held messages), so Spark's Python workers may decode it (see applier.decode). Decoders say so
     with a class attribute ``decodes_alone = True``; the others (Simple, Avro, Debezium) decode in the driver."""
-    entry = _DECODERS.get(protocol)
-    if entry is None:
-        return False
-    module, cls_name = entry
-    return bool(getattr(getattr(importlib.import_module(module), cls_name), "decodes_alone", False))
+    cls = _decoder_class(protocol)
+    return cls is not None and bool(getattr(cls, "decodes_alone", False))
+
+
+def batch_hint(protocol: str) -> int:
+    """Kafka messages per micro-batch for ``protocol`` when the config does not say (see above)."""
+    cls = _decoder_class(protocol)
+    return int(getattr(cls, "max_offsets_per_trigger", DEFAULT_MAX_OFFSETS_PER_TRIGGER))
 
 
 def get_decoder(protocol: str, **options: Any) -> Decoder:

@@ -535,7 +535,7 @@ class SimpleDecoder:
                 f"schema arrived (in the message at {where}): {e.reason}",
                 protocol=PROTOCOL,
             )
-            err.held_message = h.msg  # type: ignore[attr-defined]
+            err.held_message = h.msg
             raise err from None
         except DecodeError:
             self._ready = out

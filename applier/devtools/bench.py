@@ -42,12 +42,13 @@ import time
 import uuid
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import datetime as dt
+
+from applier.timing import StageTimer
 
 PROTOCOLS = ("open", "canal-json")
 TARGETS = ("mariadb", "postgres")
@@ -375,143 +376,48 @@ class ProcSampler(threading.Thread):
 # Stage timing: wrappers installed around the pipeline for the length of one run
 # ---------------------------------------------------------------------------------------------------------
 
-@dataclass
-class StageClock:
-    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    rows_upserted: int = 0
-    rows_deleted: int = 0
-    batches: int = 0
-    first_batch_at: float | None = None
-    last_batch_end: float | None = None
-    processor: Any = None
-    _local: threading.local = field(default_factory=threading.local)
+class StageClock(StageTimer):
+    """The pipeline's stage timer (:mod:`applier.timing`) for one benchmark run: sums per stage, row counts, when
+    the first batch started, and the profilers switched on around the Spark thread's ``on_batch`` and the apply
+    thread's ``process`` (cProfile follows only the thread that enables it)."""
+
+    def __init__(self, profiler: cProfile.Profile | None = None,
+                 apply_profiler: cProfile.Profile | None = None) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.counts: dict[str, int] = defaultdict(int)
+        self.first_batch_at: float | None = None
+        self.profilers = {"on_batch": profiler, "process": apply_profiler}
+
+    @property
+    def rows_upserted(self) -> int:
+        return self.counts["rows_upserted"]
+
+    @property
+    def rows_deleted(self) -> int:
+        return self.counts["rows_deleted"]
 
     def add(self, stage: str, seconds: float) -> None:
         self.seconds[stage] += seconds
         self.calls[stage] += 1
 
-    def timed(self, stage: str, fn):
-        clock = self
+    def count(self, what: str, n: int) -> None:
+        self.counts[what] += n
 
-        def wrapper(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                clock.add(stage, time.perf_counter() - t)
-        return wrapper
-
-
-@contextmanager
-def instrumented(clock: StageClock, profiler: cProfile.Profile | None = None,
-                 apply_profiler: cProfile.Profile | None = None) -> Iterator[StageClock]:
-    """Install the timing wrappers (and the profiler) around one ``pipeline.run``; remove them afterwards."""
-    import applier.apply as apply_mod
-    import applier.pipeline as pipeline_mod
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
-
-    import applier.handoff as handoff_mod
-
-    orig_processor = pipeline_mod.BatchProcessor
-    orig_submit, orig_close = handoff_mod.BatchHandoff.submit, handoff_mod.BatchHandoff.close
-    orig_foreach = DataStreamWriter.foreachBatch
-    orig_plan = getattr(apply_mod, "plan_batch", None)
-
-    class TimedProcessor(orig_processor):  # type: ignore[misc, valid-type]
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            clock.processor = self
-            _wrap_applier(self, clock)
-
-        def process(self, messages):
-            return self._timed(super().process, messages)
-
-        def process_chunks(self, chunks):
-            return self._timed(super().process_chunks, chunks)
-
-        def _timed(self, fn, batch):
-            clock._local.in_process = True
-            if apply_profiler is not None:  # cProfile follows only the thread that enables it
-                apply_profiler.enable()
-            t = time.perf_counter()
-            try:
-                return fn(batch)
-            finally:
-                clock.add("process", time.perf_counter() - t)
-                if apply_profiler is not None:
-                    apply_profiler.disable()
-                clock._local.in_process = False
-
-    def foreach_batch(self, func):
-        def timed_batch(df, batch_id):
-            t = time.perf_counter()
-            if clock.first_batch_at is None:
-                clock.first_batch_at = t
-            if profiler is not None:
-                profiler.enable()
-            try:
-                return func(df, batch_id)
-            finally:
-                if profiler is not None:
-                    profiler.disable()
-                clock.last_batch_end = time.perf_counter()
-                clock.add("on_batch", clock.last_batch_end - t)
-                clock.batches += 1
-        return orig_foreach(self, timed_batch)
-
-    pipeline_mod.BatchProcessor = TimedProcessor
-    DataStreamWriter.foreachBatch = foreach_batch
-    handoff_mod.BatchHandoff.submit = clock.timed("submit_wait", orig_submit)
-    handoff_mod.BatchHandoff.close = clock.timed("drain", orig_close)
-    if orig_plan is not None:
-        apply_mod.plan_batch = clock.timed("plan", orig_plan)
-    try:
-        yield clock
-    finally:
-        pipeline_mod.BatchProcessor = orig_processor
-        DataStreamWriter.foreachBatch = orig_foreach
-        handoff_mod.BatchHandoff.submit, handoff_mod.BatchHandoff.close = orig_submit, orig_close
-        if orig_plan is not None:
-            apply_mod.plan_batch = orig_plan
-
-
-def _wrap_applier(processor: Any, clock: StageClock) -> None:
-    ap = getattr(processor, "applier", None)
-    if ap is None:
-        return
-    sink = getattr(ap, "sink", None)
-    if sink is not None:
-        orig_write = sink.write
-
-        def write(conn, plan, *a, **kw):
-            t = time.perf_counter()
-            try:
-                return orig_write(conn, plan, *a, **kw)
-            finally:
-                clock.add("write", time.perf_counter() - t)
-                clock.rows_upserted += len(getattr(plan, "upserts", ()))
-                clock.rows_deleted += len(getattr(plan, "deletes", ()))
-        sink.write = write
-        if hasattr(sink, "_copy"):  # PostgreSQL: the COPY into the staging table, inside write
-            sink._copy = clock.timed("write.copy", sink._copy)
-    store = getattr(ap, "store", None)
-    if store is not None and hasattr(store, "save"):
-        store.save = clock.timed("progress", store.save)
-    engine = getattr(ap, "engine", None)
-    if engine is not None:
-        dialect = engine.dialect
-        orig_commit = dialect.do_commit
-
-        def do_commit(dbapi_conn):
-            if not getattr(clock._local, "in_process", False):
-                return orig_commit(dbapi_conn)
-            t = time.perf_counter()
-            try:
-                return orig_commit(dbapi_conn)
-            finally:
-                clock.add("commit", time.perf_counter() - t)
-        dialect.do_commit = do_commit
+    @contextmanager
+    def span(self, stage: str) -> Iterator[None]:
+        prof = self.profilers.get(stage)
+        t = time.perf_counter()
+        if stage == "on_batch" and self.first_batch_at is None:
+            self.first_batch_at = t
+        if prof is not None:
+            prof.enable()
+        try:
+            yield
+        finally:
+            if prof is not None:
+                prof.disable()
+            self.add(stage, time.perf_counter() - t)
 
 
 def stage_split(wall: float, clock: StageClock, processor_seconds: Mapping[str, float]) -> list[dict[str, Any]]:
@@ -908,7 +814,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
     reset_ok = reset_peak_rss()
     profiler = cProfile.Profile() if a.profile else None
     apply_profiler = cProfile.Profile() if a.profile else None
-    clock = StageClock()
+    clock = StageClock(profiler, apply_profiler)
     log(f"applier: run(until_caught_up=True), master local[{a.cores}], max_offsets_per_trigger "
         f"{a.max_offsets_per_trigger:,}, target {a.target}")
     engine = make_engine(settings)
@@ -916,8 +822,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         ru0, sys0, load0 = resource.getrusage(resource.RUSAGE_SELF), system_cpu_ticks(), os.getloadavg()[0]
         svc0 = service_cpu_ticks()
         t = time.perf_counter()
-        with instrumented(clock, profiler, apply_profiler):
-            res = run(settings, until_caught_up=True, spark=spark, progress=False)
+        res = run(settings, until_caught_up=True, spark=spark, progress=False, timer=clock)
         wall = time.perf_counter() - t
         ru1, sys1 = resource.getrusage(resource.RUSAGE_SELF), system_cpu_ticks()
         svc1 = service_cpu_ticks()
@@ -990,7 +895,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         "messages_per_s": e2e_msgs_s,
         "bytes_per_s": rate(st.bytes, wall),
         "time_to_first_batch_seconds": round(clock.first_batch_at - t, 2) if clock.first_batch_at else None,
-        "gate": dict(getattr(clock.processor.gate, "stats", {})) if clock.processor is not None else {},
+        "gate": res.gate,
     }
     result["ratios"] = {
         "events_per_s_to_bulk_load_rows_per_s": ratio(e2e_events_s, bulk.get("rows_per_s")),

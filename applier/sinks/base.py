@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from applier.sinks import adapt
 from applier.sinks.plan import BatchPlan, group_columns
 from applier.sinks.table import TableMeta, reflect_table
+from applier.timing import NO_TIMING, StageTimer
 
 
 # For SQL text we build ourselves (DDL, staging): send it as written, so a literal % (in a comment, a default
@@ -25,6 +26,7 @@ class Sink(abc.ABC):
     """A target dialect: how to upsert and delete a planned batch, and which DDL errors mean 'already done'."""
 
     dialect: str  # "mysql" or "postgresql", as the DDL translator names them
+    timer: StageTimer = NO_TIMING  # set by the Applier that owns this sink
 
     def __init__(self, batch_rows: int = 5000) -> None:
         self.batch_rows = batch_rows

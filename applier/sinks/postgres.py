@@ -114,7 +114,8 @@ class PostgresSink(Sink):
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         stage, name = self._stage(conn, meta, "up", cols)
         tuples = list(map(_tuple_getter(cols), rows))
-        self._copy(conn, name, cols, tuples, binary_copy_types(meta, cols, tuples))
+        with self.timer.span("write.copy"):
+            self._copy(conn, name, cols, tuples, binary_copy_types(meta, cols, tuples))
         ck = ("up", id(meta.table), cols)
         stmt = self._stmts.get(ck)
         if stmt is None:
@@ -129,7 +130,8 @@ class PostgresSink(Sink):
                     cols: tuple[str, ...] | None = None) -> None:
         cols = cols or meta.key
         stage, name = self._stage(conn, meta, "del", cols)
-        self._copy(conn, name, cols, keys, binary_copy_types(meta, cols, keys))
+        with self.timer.span("write.copy"):
+            self._copy(conn, name, cols, keys, binary_copy_types(meta, cols, keys))
         ck = ("del", id(meta.table), cols)
         stmt = self._stmts.get(ck)
         if stmt is None:

@@ -18,3 +18,18 @@ def test_bulk_gc_relaxes_the_collector_for_the_run_and_restores_it() -> None:
             assert gc.get_freeze_count() > 0  # what existed at start is out of the collector's walks
             raise RuntimeError("the run failed")
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_the_batch_size_hint_is_the_decoders_own() -> None:
+    from applier.codecs import DEFAULT_MAX_OFFSETS_PER_TRIGGER, batch_hint
+    from applier.codecs.open import OpenDecoder
+
+    assert batch_hint("open") == OpenDecoder.max_offsets_per_trigger == 12_500  # 16 rows per message at most
+    assert batch_hint("canal-json") == batch_hint("simple") == DEFAULT_MAX_OFFSETS_PER_TRIGGER
+
+
+def test_only_simple_declares_that_it_holds_messages() -> None:
+    from applier.codecs import HoldsMessages, get_decoder
+
+    assert isinstance(get_decoder("simple"), HoldsMessages)
+    assert not isinstance(get_decoder("open"), HoldsMessages)
