@@ -104,7 +104,7 @@ from typing import Any, Callable, Iterable, Mapping
 import fastavro
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.registry import RegistryClient, RegistryError, SchemaNotFound
 from applier.codecs.base import Malformed, guarded_decode
 from applier.events import (

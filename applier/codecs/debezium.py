@@ -85,7 +85,7 @@ from typing import Any, Callable
 
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 

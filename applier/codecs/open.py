@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
 from applier.events import (
     DDL,

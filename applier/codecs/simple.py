@@ -100,7 +100,7 @@ from typing import Any, Callable, NamedTuple
 
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.base import Malformed
 from applier.events import (
     DDL,

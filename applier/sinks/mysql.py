@@ -38,7 +38,7 @@ from sqlalchemy import delete, text, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from applier.codecs.types import format_time
+from applier.mysql_values import format_time
 from applier.sinks.base import Sink
 from applier.sinks.table import TableMeta, build_meta, missing_table
 

@@ -56,7 +56,7 @@ from sqlalchemy.types import NullType
 
 from psycopg import sql as psql
 
-from applier.codecs.types import format_time, is_zero_date
+from applier.mysql_values import format_time, is_zero_date
 from applier.ddl.pg_types import TYPE_COMMENT_PREFIX, parse_type_comment
 from applier.sinks.adapt import ValueRefused, acts_on
 from applier.sinks.base import Sink

@@ -12,8 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from applier.ddl import UnsupportedDDL, translate
-from tests.unit.test_ddl_mysql import _workload_ddl as mysql_workload_ddl
-from tests.unit.test_ddl_postgres import _workload_ddl as pg_workload_ddl
+from tests.unit.helpers import workload_ddl
 
 pytestmark = pytest.mark.e2e
 
@@ -31,11 +30,11 @@ def test_workload_ddl_runs_on_mariadb(urls, vectors, unique) -> None:
     failures = []
     try:
         with conn.cursor() as cur:
-            for workload in sorted({w for w, _, _ in mysql_workload_ddl(vectors)}):
+            for workload in sorted({w for w, _, _ in workload_ddl(vectors)}):
                 for db in list(created):
                     cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
                 created.clear()
-                for w, schema, stmt in mysql_workload_ddl(vectors):
+                for w, schema, stmt in workload_ddl(vectors):
                     if w != workload:
                         continue
                     db = f"{prefix}{schema}"
@@ -72,9 +71,9 @@ def test_workload_ddl_runs_on_postgresql(urls, vectors, unique) -> None:
 
     failures = []
     try:
-        for workload in sorted({w for w, _, _ in pg_workload_ddl(vectors)}):
+        for workload in sorted({w for w, _, _ in workload_ddl(vectors)}):
             with conn.transaction(force_rollback=True):
-                for w, schema, stmt in pg_workload_ddl(vectors):
+                for w, schema, stmt in workload_ddl(vectors):
                     if w != workload:
                         continue
                     conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{prefix}{schema}"')

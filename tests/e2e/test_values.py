@@ -27,7 +27,7 @@ from sqlalchemy import create_engine
 
 from applier import migrate
 from applier.codecs import get_decoder
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.ddl import translate
 from applier.devtools import services
 from applier.events import Column, KafkaMessage, Op, Resolved, RowChange, SourcePosition, TableSchema

@@ -8,10 +8,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from decimal import Decimal
+from pathlib import Path
+from typing import Iterator
 
 from hypothesis import strategies as st
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.events import KafkaMessage, RowChange
 
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -123,3 +125,18 @@ def kafka_message(key: bytes | None, value: bytes | None, *, topic: str = "order
                   offset: int = 42) -> KafkaMessage:
     """One Kafka record as the decoders receive it."""
     return KafkaMessage(topic=topic, partition=partition, offset=offset, key=key, value=value)
+
+
+def workload_ddl(vectors: Path) -> Iterator[tuple[str, str, str]]:
+    """(workload, schema, statement) for every DDL statement of the TiCDC integration workloads."""
+    from applier.ddl.lexer import significant, split_statements, tokenize
+
+    for f in sorted((vectors / "workloads").glob("*/*.sql")):
+        schema = "test"
+        for stmt in split_statements(f.read_text()):
+            sig = significant(tokenize(stmt))
+            head = sig[0].upper
+            if head == "USE":
+                schema = sig[1].ident
+            elif head in ("CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "RECOVER"):
+                yield f.parent.name, schema, stmt

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from applier.codecs import Decoder, get_decoder
 from applier.codecs import debezium as D
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.devtools.encoders import debezium as DE
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
 from tests.unit.helpers import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, assert_same_row, mutate_bytes

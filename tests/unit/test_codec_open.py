@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from applier.codecs import Decoder, get_decoder
 from applier.codecs import open as O
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.devtools.encoders import open as OE
 from applier.events import (
     DDL,

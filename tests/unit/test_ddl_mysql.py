@@ -7,7 +7,8 @@ import re
 import pytest
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
-from applier.ddl.lexer import significant, split_statements, tokenize
+from applier.ddl.lexer import significant, tokenize
+from tests.unit.helpers import workload_ddl
 
 
 def route(schema: str, table: str):
@@ -428,26 +429,13 @@ def test_bad_input():
 # --------------------------------------------------------------------------------------------- workloads
 
 
-def _workload_ddl(vectors):
-    """(workload, schema, statement) for every DDL statement of the TiCDC integration workloads."""
-    for f in sorted((vectors / "workloads").glob("*/*.sql")):
-        schema = "test"
-        for stmt in split_statements(f.read_text()):
-            sig = significant(tokenize(stmt))
-            head = sig[0].upper
-            if head == "USE":
-                schema = sig[1].ident
-            elif head in ("CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "RECOVER"):
-                yield f.parent.name, schema, stmt
-
-
 _DOCUMENTED = ("restores dropped or earlier data", "MariaDB cannot put a primary key on generated column")
 
 
 @pytest.mark.parametrize("dialect", ["mysql", "mariadb"])
 def test_every_workload_ddl_translates(vectors, dialect):
     seen = 0
-    for workload, schema, stmt in _workload_ddl(vectors):
+    for workload, schema, stmt in workload_ddl(vectors):
         try:
             out = translate(dialect, stmt, schema=schema, table="", route=same)
         except UnsupportedDDL as exc:
@@ -463,7 +451,7 @@ def test_every_workload_ddl_translates(vectors, dialect):
 @pytest.mark.parametrize("dialect", ["mysql", "mariadb"])
 def test_every_workload_create_table(vectors, dialect):
     count = 0
-    for workload, schema, stmt in _workload_ddl(vectors):
+    for workload, schema, stmt in workload_ddl(vectors):
         sig = significant(tokenize(stmt))
         if not (sig[0].is_word("CREATE") and sig[1].is_word("TABLE")):
             continue
@@ -493,7 +481,7 @@ def test_every_workload_create_table(vectors, dialect):
 
 def test_truncated_statements_never_crash(vectors):
     """Whatever arrives, translation succeeds or raises UnsupportedDDL - never another exception."""
-    for n, (workload, schema, stmt) in enumerate(_workload_ddl(vectors)):
+    for n, (workload, schema, stmt) in enumerate(workload_ddl(vectors)):
         toks = [t for t in tokenize(stmt) if t.kind != "ws"]
         for t in toks[n % 3::3]:
             for dialect in ("mysql", "mariadb", "postgresql"):

@@ -11,6 +11,7 @@ from applier.ddl.lexer import Cursor, significant, split_statements, split_top_l
 from applier.ddl.pg_sql import pg_index_name
 from applier.ddl.pg_types import parse_type_comment, type_comment
 from applier.ddl.syntax import MyType
+from tests.unit.helpers import workload_ddl
 
 
 def route(schema: str, table: str):
@@ -502,18 +503,6 @@ def test_data_restoring_statements_are_refused():
 # --------------------------------------------------------------------------------------------- workloads
 
 
-def _workload_ddl(vectors):
-    for f in sorted((vectors / "workloads").glob("*/*.sql")):
-        schema = "test"
-        for stmt in split_statements(f.read_text()):
-            sig = significant(tokenize(stmt))
-            head = sig[0].upper
-            if head == "USE":
-                schema = sig[1].ident
-            elif head in ("CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "RECOVER"):
-                yield f.parent.name, schema, stmt
-
-
 _DOCUMENTED = ("views are written in MySQL's SELECT syntax", "PARTITION changes rows", "restores dropped")
 _MYSQL_ONLY = re.compile(r"`|\b(AUTO_INCREMENT|UNSIGNED|ZEROFILL|ENGINE|CHARSET|COLLATE|COMMENT|TINYINT|MEDIUMINT|"
                          r"DATETIME|LONGTEXT|MEDIUMTEXT|TINYTEXT|BLOB|ENUM|JSON|YEAR|CURRENT_TIMESTAMP\(|NOW\(|ON UPDATE|"
@@ -530,7 +519,7 @@ def _assert_type_comment(stmt: str) -> None:
 
 def test_every_workload_ddl_translates(vectors):
     translated = refused = 0
-    for workload, schema, stmt in _workload_ddl(vectors):
+    for workload, schema, stmt in workload_ddl(vectors):
         try:
             out = pg(stmt, schema=schema)
         except UnsupportedDDL as exc:
@@ -548,7 +537,7 @@ def test_every_workload_ddl_translates(vectors):
 
 def test_every_workload_create_table(vectors):
     count = 0
-    for workload, schema, stmt in _workload_ddl(vectors):
+    for workload, schema, stmt in workload_ddl(vectors):
         sig = significant(tokenize(stmt))
         if not (sig[0].is_word("CREATE") and sig[1].is_word("TABLE")):
             continue

@@ -24,7 +24,7 @@ from sqlalchemy import Column as SAColumn, Integer, MetaData, String, Table
 
 from applier.codecs import canal_json as C
 from applier.codecs import open as O
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.devtools.encoders import canal_json as CE
 from applier.devtools.encoders import open as OE
 from applier.events import Column, DecodeError, KafkaMessage, Op, RowChange, SourcePosition

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 import applier.spill as spill_mod
 from applier.events import Column, Op, Resolved, RowChange, SourcePosition
 from applier.gate import Gate
-from tests.unit.test_gate import make_stream, materialise
+from tests.unit.gate_streams import make_stream, materialise
 
 COLS = (Column("id", "int", nullable=False, key=True), Column("v", "int"))
 

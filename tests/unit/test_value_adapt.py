@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, strategies as st
 
-from applier.codecs.types import parse_time
+from applier.mysql_values import parse_time
 from applier.sinks import ApplyError
 from applier.sinks.table import build_meta
 from applier.sinks.mysql import MySQLSink, ZERO_TIMESTAMP, mysql_converter, session_sql_mode

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 import fastavro
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.avro import (
     _TWO64,
     _U32,

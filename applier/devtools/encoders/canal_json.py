@@ -13,7 +13,7 @@ import time
 from decimal import Decimal
 from typing import Any, Mapping
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.canal_json import WATERMARK_TYPE
 from applier.devtools.encoders import values as V
 from applier.events import DDL, Column, Op, Resolved, RowChange

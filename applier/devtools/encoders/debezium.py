@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.debezium import _EPOCH_DATE, _EPOCH_DT, _UTC, _zone
 from applier.devtools.encoders import values as V
 from applier.events import DDL, Column, Op, Resolved, RowChange

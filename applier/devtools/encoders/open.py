@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.open import (
     _BLOB_CODES,
     _DATE_CODES,

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.codecs.simple import (
     _DDL_TYPE_SET,
     _INT_RANGES,

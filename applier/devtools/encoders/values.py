@@ -1,8 +1,8 @@
 """Test fixture: Python value -> the text and JSON TiCDC's encoders write, shared by the test encoders.
 
-The reverse of :mod:`applier.codecs.types` (whose parsers the decoders use): MySQL text as TiDB prints it
+The reverse of :mod:`applier.mysql_values` (whose parsers the decoders use): MySQL text as TiDB prints it
 (``Time.String()``, ``MyDecimal.String()``, Go's ``strconv.FormatFloat``), raw BIT bytes -> their integer, and
-compact JSON with Go's escaping. TIME text and float32 rounding stay in :mod:`applier.codecs.types` (the sinks
+compact JSON with Go's escaping. TIME text and float32 rounding stay in :mod:`applier.mysql_values` (the sinks
 and the decoders use them).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from applier.codecs.types import ConversionError, shortest_float32
+from applier.mysql_values import ConversionError, shortest_float32
 
 __all__ = [
     "bits_to_int",

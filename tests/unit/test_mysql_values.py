@@ -1,4 +1,4 @@
-"""Shared MySQL value conversions (applier.codecs.types)."""
+"""Shared MySQL value conversions (applier.mysql_values)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from applier.codecs import types as T
+from applier import mysql_values as T
 from applier.devtools.encoders import values as V
 from tests.unit.helpers import VALUE_STRATEGIES
 

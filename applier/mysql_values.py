@@ -1,4 +1,5 @@
-"""MySQL value conversions shared by the codecs (protocol-independent).
+"""MySQL value semantics: text in MySQL's own format -> the Python values of the event model, shared by the
+codecs (every protocol) and the sinks (TIME text, zero dates).
 
 Every TiCDC protocol eventually hands over column values either as JSON scalars or as text in MySQL's own
 textual format ("2020-02-20 02:20:20.123", "-838:59:59", "129012.1230000", ...). This module turns that text
