@@ -33,8 +33,8 @@ from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.sinks import ApplyError, Sink, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
-from applier.timing import NO_TIMING, StageTimer
 from applier.sinks.table import shown
+from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.apply")
 

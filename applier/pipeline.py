@@ -45,6 +45,7 @@ __all__ = ["PipelineStopped", "RunResult", "make_engine", "run", "spark_session"
 
 log = logging.getLogger("applier.pipeline")
 
+
 def max_offsets_per_trigger(settings: Settings) -> int:
     return settings.pipeline.max_offsets_per_trigger or batch_hint(settings.source.protocol)
 
@@ -80,16 +81,18 @@ def read_messages(df) -> list[KafkaMessage]:
 
 def read_ranges(spark, settings: Settings, ranges: Ranges) -> list[KafkaMessage]:
     """The records of inclusive offset ranges, read again from Kafka in one batch query."""
-    by_topic: dict[str, dict[str, int]] = {}
-    for (t, p), (lo, _hi) in ranges.items():
-        by_topic.setdefault(t, {})[str(p)] = lo
-    ending = {t: {str(p): hi + 1 for (t2, p), (_lo, hi) in ranges.items() if t2 == t} for t in by_topic}
-    assign = {t: sorted(int(p) for p in parts) for t, parts in by_topic.items()}
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for (t, p), (lo, hi) in sorted(ranges.items()):
+        assign.setdefault(t, []).append(p)
+        starting.setdefault(t, {})[str(p)] = lo
+        ending.setdefault(t, {})[str(p)] = hi + 1
     reader = spark.read.format("kafka")
     for k, v in settings.source.spark_options().items():
         if k not in ("subscribe", "subscribePattern"):
             reader = reader.option(k, v)
-    df = (reader.option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(by_topic))
+    df = (reader.option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(starting))
           .option("endingOffsets", json.dumps(ending)).option("failOnDataLoss", "false").load())
     return sorted(read_messages(df), key=lambda m: (m.topic, m.partition, m.offset))
 

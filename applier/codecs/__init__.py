@@ -93,11 +93,9 @@ def get_decoder(protocol: str, **options: Any) -> Decoder:
     Raises ValueError naming the valid protocols for an unknown name, or naming the valid options for an
     unknown option.
     """
-    entry = _DECODERS.get(protocol)
-    if entry is None:
+    cls = _decoder_class(protocol)
+    if cls is None:
         raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(protocols())}")
-    module, cls_name = entry
-    cls = getattr(importlib.import_module(module), cls_name)
     try:
         return cls(**options)
     except TypeError as e:

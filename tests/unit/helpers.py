@@ -14,7 +14,7 @@ from typing import Iterator
 from hypothesis import strategies as st
 
 from applier import mysql_values as T
-from applier.events import KafkaMessage, RowChange
+from applier.events import RowChange
 
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
 TIME_MIN = -dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=999999)
@@ -119,12 +119,6 @@ def mutate_bytes(draw, data: bytes, *, steps: tuple[int, int], special: bytes, d
             j = draw(st.integers(i, len(buf)))
             buf[j:j] = buf[i:j]
     return bytes(buf)
-
-
-def kafka_message(key: bytes | None, value: bytes | None, *, topic: str = "orders", partition: int = 3,
-                  offset: int = 42) -> KafkaMessage:
-    """One Kafka record as the decoders receive it."""
-    return KafkaMessage(topic=topic, partition=partition, offset=offset, key=key, value=value)
 
 
 def workload_ddl(vectors: Path) -> Iterator[tuple[str, str, str]]:
