@@ -27,11 +27,12 @@ from typing import Callable, Iterable
 
 from sqlalchemy.engine import Connection, Engine
 
-from applier.ddl import TranslatedDDL, UnsupportedDDL, translate
+from applier.ddl import TranslatedDDL, UnsupportedDDL
+from applier.dialect import Dialect
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
-from applier.sinks import ApplyError, Sink, db_reason, plan_batch
+from applier.sinks import ApplyError, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
 from applier.sinks.table import shown
 from applier.timing import NO_TIMING, StageTimer
@@ -54,13 +55,14 @@ class ApplyStats:
 
 
 class Applier:
-    def __init__(self, engine: Engine, sink: Sink, route: Route, store: ProgressStore, *,
-                 on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS, replace_mode: bool = False,
-                 ddl_scope: Callable[[str, str], bool] | None = None, timer: StageTimer = NO_TIMING) -> None:
+    def __init__(self, engine: Engine, dialect: Dialect, route: Route, store: ProgressStore, *,
+                 batch_rows: int = 5000, on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS,
+                 replace_mode: bool = False, ddl_scope: Callable[[str, str], bool] | None = None,
+                 timer: StageTimer = NO_TIMING) -> None:
         self.engine = engine
-        self.sink = sink
+        self.dialect = dialect
+        self.sink = dialect.writer(batch_rows, timer)
         self.timer = timer
-        sink.timer = timer
         self.route = route
         # names a DDL may touch beyond its message's own schema: those a [[route]] rule keeps on purpose
         self.ddl_scope = ddl_scope or (lambda schema, table: False)
@@ -167,12 +169,12 @@ class Applier:
         if state in ("done", "skipped"):
             return
         try:
-            tr = translate(self.sink.ddl_dialect(conn), ev.query, schema=ev.schema, table=ev.table, route=self.route)
+            tr = self.dialect.translate_ddl(ev.query, schema=ev.schema, table=ev.table, route=self.route)
             self._confine(ev, tr)
         except UnsupportedDDL as exc:
             if self.on_unsupported_ddl != "skip":
                 raise ApplyError(
-                    f"DDL at {ev.position} (commit ts {ev.commit_ts}) cannot be applied to {self.sink.dialect}: {exc}. "
+                    f"DDL at {ev.position} (commit ts {ev.commit_ts}) cannot be applied to {self.dialect.name}: {exc}. "
                     "Apply an equivalent change to the target by hand and set [target] on_unsupported_ddl = \"skip\" "
                     "to record and skip it, then restart"
                 ) from None
@@ -182,7 +184,7 @@ class Applier:
             stats.ddls_skipped += 1
             log.warning("skipped DDL at %s: %s", ev.position, exc)
             return
-        if self.sink.ddl_is_transactional:
+        if self.dialect.ddl_is_transactional:
             with conn.begin():
                 self.sink.begin(conn)
                 self._run_statements(conn, ev, tr, replay=False)
@@ -208,7 +210,7 @@ class Applier:
         the header's schema or kept by a [[route]] rule (not merely by the default that keeps unmatched names),
         and nothing may drop or alter the schema holding the applier's tables or touch those tables."""
         def refuse(reason: str) -> None:
-            raise UnsupportedDDL(reason, query=ev.query, dialect=self.sink.dialect, kind=tr.kind)
+            raise UnsupportedDDL(reason, query=ev.query, dialect=self.dialect.name, kind=tr.kind)
 
         header = ev.schema.casefold()
         for schema, table in tr.sources:
@@ -220,7 +222,7 @@ class Applier:
             with self.engine.connect() as other:  # conn is between transactions here: leave it so
                 self._own_schema = self.sink.own_schema(other)
         own = self._own_schema.casefold()
-        if tr.kind == "drop_schema" and self.sink.drop_schema_cascades:
+        if tr.kind == "drop_schema" and self.dialect.drop_schema_cascades:
             with self.engine.connect() as other:
                 for schema, _ in tr.targets:
                     if not self.store.created_schema(other, schema):
@@ -251,7 +253,7 @@ class Applier:
         try:
             fn()
         except Exception as exc:
-            if replay and self.sink.is_replay_noop_error(exc):
+            if replay and self.dialect.is_replay_noop(exc):
                 log.info("DDL at %s had already taken effect before a restart (%s)", ev.position, db_reason(exc))
                 if conn.in_transaction():
                     conn.rollback()

@@ -25,7 +25,8 @@ EXIT_FENCED = 6
 
 
 def consistency_of(settings: Settings) -> str:
-    gated = settings.source.decoder().gated
+    from applier.pipeline import decoder_for
+    gated = decoder_for(settings).gated
     return "transactional (resolved-ts gated)" if gated else "per-key order (offset order per partition)"
 
 

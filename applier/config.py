@@ -74,7 +74,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from applier.routing import MAX_NAME_LENGTH, Router, Rule, RuleError
+from applier.routing import MAX_NAME_LENGTH, Rule, RuleError
 
 __all__ = [
     "ConfigError",
@@ -366,11 +366,6 @@ class SourceSettings(_RedactedRepr):
     _kafka_templates: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
     codec: Mapping[str, Any] = field(default_factory=FrozenMap)  # decoder options ([source.codec])
 
-    def decoder(self):
-        """A new decoder for this source (codec options applied)."""
-        from applier.codecs import get_decoder
-        return get_decoder(self.protocol, **dict(self.codec))
-
     def subscription(self) -> tuple[str, str]:
         """The Spark Kafka source option naming what to read: ``("subscribe", "a,b")`` or
         ``("subscribePattern", regex)``."""
@@ -496,10 +491,6 @@ class Settings(_RedactedRepr):
         from applier.codecs import decodes_alone
 
         return decodes_alone(self.source.protocol)
-
-    def router(self) -> Router:
-        """A new :class:`~applier.routing.Router` for the rules (build it once: it caches per table)."""
-        return Router(self.routes, default_schema=self.target.schema)
 
     def redacted(self) -> dict[str, Any]:
         """Everything, secrets masked: for ``applier status`` and logs."""

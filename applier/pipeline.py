@@ -27,17 +27,19 @@ from sqlalchemy.engine import Engine
 
 from applier import migrate
 from applier.config import Settings
-from applier.codecs import batch_hint
+from applier.codecs import Decoder, batch_hint, get_decoder
 from applier.crashguard import DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
 from applier.decode import (
     CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
     worker_crashed,
 )
+from applier.dialect import Dialect, dialect_for
 from applier.events import DecodeError, KafkaMessage
 from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
 from applier.progress import ProgressStore
 from applier.report import ProgressLine
+from applier.routing import Router
 from applier.session import reset_checkpoint, spark_session
 from applier.timing import NO_TIMING, StageTimer
 
@@ -244,6 +246,18 @@ def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
         consumer.close()
 
 
+# ---- wiring: the runtime objects a configuration describes (Settings stays plain data) ----------------------
+
+def decoder_for(settings: Settings) -> Decoder:
+    """A new decoder for the source's protocol, with its ``[source.codec]`` options."""
+    return get_decoder(settings.source.protocol, **dict(settings.source.codec))
+
+
+def router_for(settings: Settings) -> Router:
+    """The ``[[route]]`` rules with ``[target] schema`` as the default (build it once: it caches per table)."""
+    return Router(settings.routes, default_schema=settings.target.schema)
+
+
 def starting_offsets(parts: list[tuple[str, int]], restart: dict[tuple[str, int], int], default: str) -> str:
     """The Kafka source's startingOffsets JSON: restart offsets where known, else earliest (-2) or latest (-1)."""
     fallback = -1 if default == "latest" and not restart else -2
@@ -284,13 +298,14 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
     engine = make_engine(settings)
     try:
         migrate.upgrade(engine)
+        dialect = dialect_for(engine)
         with _Lock(settings.pipeline.local_dir / "applier.lock"):
             own_spark = spark is None
             if own_spark:
                 spark = spark_session(settings)
             try:
                 with bulk_gc():
-                    return _run_retrying(settings, spark, engine, until_caught_up, progress, timer)
+                    return _run_retrying(settings, spark, engine, dialect, until_caught_up, progress, timer)
             finally:
                 if own_spark:
                     spark.stop()
@@ -298,7 +313,7 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
         engine.dispose()
 
 
-def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bool,
+def _run_retrying(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caught_up: bool,
                   progress: bool | None, timer: StageTimer = NO_TIMING) -> RunResult:
     """Invariant 14: a transient target fault (lost connection, restart, deadlock, lock-wait timeout) is not a
     failure. The failed transaction rolled back with its progress, so the run starts over from the progress
@@ -307,7 +322,7 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
     first failure after the last batch that applied."""
     from tenacity import Retrying, retry_if_exception, wait_exponential
 
-    from applier.sinks import db_reason, is_transient
+    from applier.sinks import db_reason
 
     budget = settings.target.retry_seconds
     mark: dict[str, float | None] = {"applied": time.monotonic(), "outage": None}
@@ -323,14 +338,14 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
         log.warning("the target failed while running (%s); starting over from the progress tables in %.1f s "
                     "(target.retry_seconds = %d)", reason, state.next_action.sleep, budget)
 
-    retrying = Retrying(retry=retry_if_exception(is_transient), stop=out_of_time, reraise=True, before_sleep=note,
+    retrying = Retrying(retry=retry_if_exception(dialect.is_transient), stop=out_of_time, reraise=True, before_sleep=note,
                         wait=wait_exponential(multiplier=0.5, min=0.5, max=15))
     try:
         for attempt in retrying:
             with attempt:
-                return _run(settings, spark, engine, until_caught_up, progress, mark, timer)
+                return _run(settings, spark, engine, dialect, until_caught_up, progress, mark, timer)
     except Exception as exc:
-        if not is_transient(exc):
+        if not dialect.is_transient(exc):
             raise
         raise TargetLost(
             f"lost the target database while running and it did not come back within target.retry_seconds = "
@@ -339,7 +354,7 @@ def _run_retrying(settings: Settings, spark, engine: Engine, until_caught_up: bo
     raise AssertionError("unreachable")
 
 
-def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progress: bool | None,
+def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caught_up: bool, progress: bool | None,
          mark: dict[str, float | None], timer: StageTimer = NO_TIMING) -> RunResult:
     # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
     # only a run that can work takes the pipeline over from another writer.
@@ -362,13 +377,13 @@ def _run(settings: Settings, spark, engine: Engine, until_caught_up: bool, progr
     offsets = starting_offsets(parts, restart, settings.source.starting_offsets)
     spill_dir = str(settings.pipeline.spill_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)  # spilled runs of a previous process are rebuilt from Kafka
-    router = settings.router()
+    router = router_for(settings)
     processor = BatchProcessor(
-        engine=engine, decoder=settings.source.decoder(), route=router.route, ddl_scope=router.routed_by_rule,
+        engine=engine, decoder=decoder_for(settings), route=router.route, ddl_scope=router.routed_by_rule,
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
-        guard=guard, timer=timer,
+        guard=guard, timer=timer, dialect=dialect,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]

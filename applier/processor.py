@@ -18,10 +18,10 @@ from applier.apply import Applier, ApplyStats
 from applier.codecs import Decoder, HoldsMessages
 from applier.crashguard import DriverDecodeGuard
 from applier.decode import Decoded, decode_chunk, decode_messages
+from applier.dialect import Dialect, dialect_for
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import PipelineState, ProgressStore
-from applier.sinks import sink_for
 from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.processor")
@@ -44,7 +44,7 @@ class BatchProcessor:
                  partitions: Iterable[tuple[str, int]], on_decode_error: str = "stop",
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
                  on_unsupported_ddl: str = "stop", ddl_scope=None, guard: DriverDecodeGuard | None = None,
-                 timer: StageTimer = NO_TIMING) -> None:
+                 timer: StageTimer = NO_TIMING, dialect: Dialect | None = None) -> None:
         self.timer = timer
         self.decoder = decoder
         self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
@@ -61,7 +61,7 @@ class BatchProcessor:
         )
         for tp, cp in state.checkpoints.items():
             self.gate.next_offsets[tp] = cp.restart_offset
-        self.applier = Applier(engine, sink_for(engine, batch_rows), route, store,
+        self.applier = Applier(engine, dialect or dialect_for(engine), route, store, batch_rows=batch_rows,
                                on_unsupported_ddl=on_unsupported_ddl, replace_mode=not self.gate.gated,
                                ddl_scope=ddl_scope, timer=timer)
         self.batches = 0

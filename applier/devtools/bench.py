@@ -556,10 +556,10 @@ def target_checksums(engine, schema: str, tables: Iterable[str]) -> dict[str, An
     """Per table, the checksum of its rows, streamed from the target (server-side cursor)."""
     from sqlalchemy import select
 
-    from applier.sinks import sink_for
+    from applier.dialect import dialect_for
     from applier.devtools.bench_stream import TableChecksum
 
-    sink = sink_for(engine)
+    sink = dialect_for(engine).writer()
     out = {}
     for t in tables:
         cs = TableChecksum()

@@ -539,17 +539,17 @@ def produce(bootstrap: str, topic: str | None, messages: Iterable[Message], *,
 
 def apply_target_ddl(engine: Any, ddls: Iterable[DDL], route: Callable[[str, str], tuple[str, str] | None]) -> None:
     """What the operator does for DDL the stream does not carry (:attr:`Workload.target_ddl`): run each upstream
-    DDL on the target, translated for its dialect and routed by ``route`` (e.g. ``settings.router().route``)
-    with the applier's own DDL translator. Nothing is recorded in the applier's tables."""
-    from applier.ddl import translate
-    from applier.sinks import sink_for
+    DDL on the target, translated for its dialect and routed by ``route`` (e.g.
+    ``applier.pipeline.router_for(settings).route``) with the applier's own DDL translator. Nothing is recorded
+    in the applier's tables."""
+    from applier.dialect import dialect_for
     from applier.sinks.base import VERBATIM
 
-    sink = sink_for(engine)
+    dialect = dialect_for(engine)
+    sink = dialect.writer()
     with engine.connect() as conn:
-        dialect = sink.ddl_dialect(conn)
         for ev in ddls:
-            tr = translate(dialect, ev.query, schema=ev.schema, table=ev.table, route=route)
+            tr = dialect.translate_ddl(ev.query, schema=ev.schema, table=ev.table, route=route)
             if tr.kind == "create_table":
                 for schema in dict.fromkeys(s for s, _ in tr.targets):
                     sink.prepare_schema(conn, schema)

@@ -7,13 +7,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from applier.sinks import sink_for
+from applier.dialect import dialect_for
 
 
 def read_table(engine: Engine, schema: str, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     """All rows keyed by the table's key, read through the writer's own reflection (so names match)."""
     with engine.connect() as conn:
-        meta = sink_for(engine).reflect(conn, schema, table)
+        meta = dialect_for(engine).writer().reflect(conn, schema, table)
         rows = conn.execute(select(meta.table)).mappings().all()
     return {tuple(r[c] for c in meta.key): dict(r) for r in rows}
 

@@ -22,16 +22,19 @@ from applier.timing import NO_TIMING, StageTimer
 VERBATIM = {"no_parameters": True}
 
 
+Converter = Callable[[Any], Any]
+
+
 class Sink(abc.ABC):
-    """A target dialect: how to upsert and delete a planned batch, and which DDL errors mean 'already done'."""
+    """A target's writer for one run: how to read a table, upsert and delete a planned batch, and prepare a
+    schema. Built by its :class:`~applier.dialect.Dialect`, which hands it the value converters."""
 
-    dialect: str  # "mysql" or "postgresql", as the DDL translator names them
-    timer: StageTimer = NO_TIMING  # set by the Applier that owns this sink
-
-    def __init__(self, batch_rows: int = 5000) -> None:
+    def __init__(self, batch_rows: int = 5000, *, convert: Callable[[str | None], Converter | None] | None = None,
+                 timer: StageTimer = NO_TIMING) -> None:
         self.batch_rows = batch_rows
+        self.timer = timer
         self._meta: dict[tuple[str, str], TableMeta] = {}
-        self._adapters = adapt.AdapterCache(self.value_converter)
+        self._adapters = adapt.AdapterCache(convert or (lambda column_type: None))
 
     def table(self, conn: Connection, schema: str, name: str) -> TableMeta:
         k = (schema, name)
@@ -64,11 +67,6 @@ class Sink(abc.ABC):
             for lo in range(0, len(rows), self.batch_rows):
                 self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
 
-    def value_converter(self, column_type: str | None) -> "Callable[[Any], Any] | None":
-        """The function that turns a decoded upstream value into what a target column of this catalog type
-        stores, or None when the value goes as it is (dialect specific; see applier/sinks/adapt.py)."""
-        return None
-
     def adapt_rows(self, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         adapters = self._adapters.row(meta, cols)
         return adapt.adapt_rows(meta, adapters, rows) if adapters[0] or adapters[1] else rows
@@ -85,20 +83,8 @@ class Sink(abc.ABC):
                     cols: tuple[str, ...] | None = None) -> None:
         """Delete the rows whose ``cols`` (default: the key) equal one of ``keys``."""
 
-    def ddl_dialect(self, conn: Connection) -> str:
-        """The name the DDL translator uses for this server ("mysql", "mariadb" or "postgresql")."""
-        return self.dialect
-
     def begin(self, conn: Connection) -> None:
         """Called at the start of every transaction the applier opens on ``conn``."""
-
-    @property
-    def ddl_is_transactional(self) -> bool:
-        return False
-
-    def is_replay_noop_error(self, exc: BaseException) -> bool:
-        """True when re-running a DDL failed only because it had already taken effect."""
-        return False
 
     @abc.abstractmethod
     def own_schema(self, conn: Connection) -> str:
@@ -108,10 +94,6 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def schema_exists(self, conn: Connection, schema: str) -> bool:
         """Whether the target has this schema (MySQL: database)."""
-
-    #: Whether dropping a schema drops what is in it (PostgreSQL's DROP SCHEMA ... CASCADE): such a DDL only
-    #: runs for schemas the applier created.
-    drop_schema_cascades = False
 
     def prepare_schema(self, conn: Connection, schema: str) -> None:
         """Make sure a target schema/database exists (used before a routed CREATE TABLE)."""

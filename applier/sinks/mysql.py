@@ -4,8 +4,8 @@ Upserts are ``INSERT ... ON DUPLICATE KEY UPDATE col = VALUES(col)`` (MariaDB re
 alias; MySQL 8 still accepts VALUES()), built once per table and column set and handed to the driver's
 executemany, which PyMySQL rewrites into multi-row INSERTs.
 Deletes are ``DELETE ... WHERE key IN (...)`` per chunk. DDL is not transactional here: the applier records a
-DDL as started before running it, and on a replay the errors listed in ``REPLAY_NOOP_ERRORS`` mean the
-statement had already taken effect.
+DDL as started before running it, and on a replay the errors listed in
+``applier.dialect.MYSQL_REPLAY_NOOP_ERRORS`` mean the statement had already taken effect.
 
 Values (rules tabled in ``docs/value-rules.md``): MySQL/MariaDB take almost every event-model value as it is -
 ENUM ordinals and SET bitmasks as integers (MySQL reads an integer for an ENUM as its index and for a SET as
@@ -36,50 +36,14 @@ from typing import Any, Callable
 
 from sqlalchemy import delete, text, tuple_
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
 
 from applier.mysql_values import format_time
 from applier.sinks.base import Sink
 from applier.sinks.table import TableMeta, build_meta, missing_table
 
-# MySQL/MariaDB error codes of faults that pass: the whole target transaction is replayed (invariant 14).
-TRANSIENT_ERRORS = {
-    1040,  # too many connections
-    1053,  # server shutdown in progress
-    1205,  # lock wait timeout
-    1213,  # deadlock
-    1927,  # connection was killed (MariaDB)
-    2003,  # can't connect (the server is restarting)
-    2006,  # server has gone away
-    2013,  # lost connection during query
-    2055,  # lost connection
-    4031,  # disconnected by the server
-}
-
-# MySQL/MariaDB error codes that, when a DDL is re-run after a crash, mean it already happened.
-REPLAY_NOOP_ERRORS = {
-    1007,  # database exists
-    1008,  # database does not exist (drop)
-    1050,  # table already exists
-    1051,  # unknown table (drop)
-    1054,  # unknown column (rename/drop re-run)
-    1060,  # duplicate column name
-    1061,  # duplicate key name
-    1068,  # multiple primary key defined
-    1091,  # can't drop; check that column/key exists
-    1146,  # table doesn't exist (rename re-run)
-    1505,  # partition management on a non-partitioned table
-    1507,  # error in list of partitions to drop (already dropped)
-    1508,  # cannot remove all partitions
-    1517,  # duplicate partition name
-}
-
-
 class MySQLSink(Sink):
-    dialect = "mysql"
-
-    def __init__(self, batch_rows: int = 5000) -> None:
-        super().__init__(batch_rows)
+    def __init__(self, batch_rows: int = 5000, **kw: Any) -> None:
+        super().__init__(batch_rows, **kw)
         self._sql: dict[tuple[Any, ...], str] = {}
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
@@ -157,17 +121,6 @@ class MySQLSink(Sink):
         else:
             conn.exec_driver_sql("SET SESSION time_zone = '+00:00'")
         info[_SESSION_READY] = True
-
-    def value_converter(self, column_type: str | None) -> Callable[[Any], Any] | None:
-        return mysql_converter(column_type)
-
-    def ddl_dialect(self, conn: Connection) -> str:
-        return "mariadb" if getattr(conn.dialect, "is_mariadb", False) else "mysql"
-
-    def is_replay_noop_error(self, exc: BaseException) -> bool:
-        if isinstance(exc, DBAPIError) and exc.orig is not None and exc.orig.args:
-            return exc.orig.args[0] in REPLAY_NOOP_ERRORS
-        return False
 
     def own_schema(self, conn: Connection) -> str:
         return str(conn.exec_driver_sql("SELECT DATABASE()").scalar() or "")

@@ -9,8 +9,8 @@ text COPY and a faster load on the server), text otherwise; both store the same 
 shape even right after a DDL. All identifiers are quoted by SQLAlchemy's identifier preparer. PostgreSQL DDL is
 transactional, so a DDL commits together with its history row and the progress.
 
-Value adaptation (:meth:`PostgresSink.value_converter`, applied by applier/sinks/adapt.py; the rules are tabled in
-``docs/value-rules.md``): the event model carries MySQL values, and a few have no PostgreSQL form as they are.
+Value adaptation (:func:`pg_converter`, picked by ``applier.dialect.PostgresDialect``, applied by
+applier/sinks/adapt.py; the rules are tabled in ``docs/value-rules.md``): the event model carries MySQL values, and a few have no PostgreSQL form as they are.
 Per target column type, read once per table from ``pg_catalog`` (``format_type`` plus the column comment that
 ``applier/ddl/postgres.py`` writes for ENUM/SET), one converter is built and cached per table and column set;
 columns whose values pass unchanged get none, so a table of plain numbers and strings costs nothing per row.
@@ -47,9 +47,6 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy import Column, MetaData, Table, and_, delete, select, text
 
-# SQLSTATEs (and classes) of PostgreSQL faults that pass: the whole target transaction is replayed (invariant 14).
-TRANSIENT_SQLSTATES = {"40001", "40P01", "53300", "55P03", "57P01", "57P02", "57P03"}
-TRANSIENT_SQLSTATE_CLASSES = ("08",)  # connection exceptions
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import NullType
@@ -64,15 +61,9 @@ from applier.sinks.table import TableMeta, reflect_table
 
 
 class PostgresSink(Sink):
-    dialect = "postgresql"
-
-    def __init__(self, batch_rows: int = 5000) -> None:
-        super().__init__(batch_rows * 4)  # COPY batches can be larger than statement batches
+    def __init__(self, batch_rows: int = 5000, **kw: Any) -> None:
+        super().__init__(batch_rows * 4, **kw)  # COPY batches can be larger than statement batches
         self._stmts: dict[tuple[Any, ...], Any] = {}
-
-    @property
-    def ddl_is_transactional(self) -> bool:
-        return True
 
     def begin(self, conn: Connection) -> None:
         conn.info.pop("applier_stages", None)  # the ON COMMIT DROP staging tables died with the last transaction
@@ -139,8 +130,6 @@ class PostgresSink(Sink):
             stmt = self._stmts[ck] = delete(t).where(and_(*(t.c[c] == stage.c[c] for c in cols)))
         conn.execute(stmt)
 
-    drop_schema_cascades = True
-
     def own_schema(self, conn: Connection) -> str:
         return str(conn.exec_driver_sql("SELECT current_schema()").scalar() or "")
 
@@ -158,9 +147,6 @@ class PostgresSink(Sink):
         meta = reflect_table(conn, schema, name)
         meta.types, meta.type_oids = catalog(conn, schema, name)
         return meta
-
-    def value_converter(self, column_type: str | None) -> Callable[[Any], Any] | None:
-        return pg_converter(column_type)
 
 
 _CATALOG_TYPES = text(

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, select, text
 from applier import migrate
 from applier import progress as P
 from applier.codecs import get_decoder
+from applier.dialect import MARIADB, dialect_for
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 from applier.processor import BatchProcessor
 from applier.progress import ProgressStore
@@ -113,6 +114,8 @@ def test_mysql_ddl_interrupted_after_running_completes_on_replay(urls, unique, d
     name = f"ddl-{unique}"
     ev = DDL("up", "d", 100, "ALTER TABLE `d` ADD COLUMN `extra` INT", POS)
     try:
+        assert urls.mariadb_url.startswith("mysql+pymysql://")
+        assert dialect_for(engine) is MARIADB  # a mysql+pymysql URL: the server itself says it is MariaDB
         migrate.upgrade(engine)
         crashed = ProgressStore(name, "open")
         crashed.claim(engine)

@@ -31,7 +31,7 @@ from applier import progress as P
 from applier.devtools import services
 from applier.config import parse_config
 from applier.events import DecodeError
-from applier.pipeline import run
+from applier.pipeline import router_for, run
 from applier.sinks import ApplyError
 from applier.devtools.verify import compare_tables
 from applier.devtools.changefeed import apply_target_ddl, generate, produce
@@ -95,7 +95,7 @@ def _assert_progress(engine, settings, wl, *, ddl_in_stream: bool) -> None:
         applied = c.execute(select(P.pipelines.c.applied_ts).where(P.pipelines.c.pipeline == name)).scalar()
     if wl.gated:
         assert applied == wl.final_ts
-    schema = settings.router().route("shop", "orders")[0]
+    schema = router_for(settings).route("shop", "orders")[0]
     assert not inspect(engine).has_table("audit_log", schema=schema)
 
 
@@ -120,7 +120,7 @@ def test_protocol_converges(urls, spark, unique, drop_schema, tmp_path, request,
     engine = create_engine(target_url(urls, target))
     try:
         if wl.target_ddl:  # avro carries no DDL: the operator creates the tables (and adds the column) first
-            apply_target_ddl(engine, [d for _, d in wl.target_ddl], settings.router().route)
+            apply_target_ddl(engine, [d for _, d in wl.target_ddl], router_for(settings).route)
         res = run(settings, until_caught_up=True, spark=spark, progress=False)
         assert res.batches > 1
         assert compare_tables(engine, schema, wl.expected) == []
@@ -153,7 +153,7 @@ def test_simple_mid_stream_start_holds_rows_until_the_schema_arrives(urls, spark
     settings = _settings(urls, target, wl, topic, schema, tmp_path / "ckpt")
     engine = create_engine(target_url(urls, target))
     try:
-        apply_target_ddl(engine, [d for _, d in wl.target_ddl], settings.router().route)
+        apply_target_ddl(engine, [d for _, d in wl.target_ddl], router_for(settings).route)
         res = run(settings, until_caught_up=True, spark=spark, progress=False)
         assert res.batches > 2  # the held rows waited across micro-batches
         assert compare_tables(engine, schema, wl.expected) == []
@@ -186,7 +186,7 @@ def test_avro_schema_change_needs_the_operator_then_converges(urls, spark, regis
     assert registry.latest_version(subject).version == 2
 
     settings = _settings(urls, target, wl, prefix, schema, tmp_path / "ckpt")
-    route = settings.router().route
+    route = router_for(settings).route
     engine = create_engine(target_url(urls, target))
     try:
         # phase 1: the operator created the tables; rows of schema v1 apply

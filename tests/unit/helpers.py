@@ -14,7 +14,7 @@ from typing import Iterator
 from hypothesis import strategies as st
 
 from applier import mysql_values as T
-from applier.events import RowChange
+from applier.events import KafkaMessage, RowChange
 
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
 TIME_MIN = -dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=999999)
@@ -134,3 +134,9 @@ def workload_ddl(vectors: Path) -> Iterator[tuple[str, str, str]]:
                 schema = sig[1].ident
             elif head in ("CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "RECOVER"):
                 yield f.parent.name, schema, stmt
+
+
+def kafka_msg(key: bytes | None, value: bytes | None, *, topic: str = "orders", partition: int = 3,
+              offset: int = 42) -> KafkaMessage:
+    """A Kafka record as the pipeline hands it to a decoder (codec tests bind their own defaults with partial)."""
+    return KafkaMessage(topic=topic, partition=partition, offset=offset, key=key, value=value)

@@ -1,5 +1,7 @@
 """The applier's transaction logic with in-memory fakes (no database server): what is written, when progress is
-saved and committed, what a failure leaves behind, and the stage timings it reports (applier.timing)."""
+saved and committed, what a failure leaves behind, the stage timings it reports (applier.timing), and the DDL
+replay logic (started / done / skipped history states). DDL is translated by the real MySQL translator and run
+on an in-memory SQLite database, so "the statement already took effect" is a real error of a real engine."""
 
 from __future__ import annotations
 
@@ -7,8 +9,10 @@ import pytest
 from sqlalchemy import create_engine
 
 from applier.apply import Applier
-from applier.events import Column, Op, Resolved, RowChange, SourcePosition
+from applier.dialect import MySQLDialect
+from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
 from applier.gate import Gate
+from applier.progress import ddl_key
 from applier.sinks.plan import BatchPlan
 from applier.sinks.table import ApplyError, build_meta
 from applier.timing import StageTimer
@@ -26,8 +30,6 @@ def row(ts: int, off: int, key: int, val: int | None) -> RowChange:
 class FakeSink:
     """Records every planned batch it is asked to write; can be told to fail."""
 
-    dialect = "mysql"
-
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.log: list[tuple[str, object]] = []
@@ -43,16 +45,56 @@ class FakeSink:
             raise ApplyError("the target refused the row")
         self.log.append(("write", (sorted(k for k in plan.deletes), sorted(r["id"] for r in plan.upserts))))
 
+    def own_schema(self, conn) -> str:
+        return "applier_home"
+
+    def schema_exists(self, conn, schema: str) -> bool:
+        return True
+
+    def prepare_schema(self, conn, schema: str) -> None:
+        pass
+
+    def forget_tables(self, targets) -> None:
+        self.log.append(("forget", targets))
+
+
+class FakeDialect(MySQLDialect):
+    """MySQL's DDL translation and replay rules, with SQLite's words for "already done" and a fake writer."""
+
+    def __init__(self, sink: FakeSink, transactional: bool = False) -> None:
+        self.sink = sink
+        self.ddl_is_transactional = transactional  # type: ignore[misc]
+
+    def writer(self, batch_rows: int = 5000, timer: StageTimer | None = None) -> FakeSink:  # type: ignore[override]
+        return self.sink
+
+    def is_replay_noop(self, exc: BaseException) -> bool:
+        return "already exists" in str(exc) or "duplicate column" in str(exc)
+
 
 class FakeStore:
     def __init__(self, log: list) -> None:
         self.log = log
+        self.ddl: dict[str, str] = {}  # ddl key -> history state
 
     def save(self, conn, *, applied_ts: int, checkpoints, table_progress, batches: int = 0) -> None:
         self.log.append(("save", applied_ts))
 
     def quarantine(self, conn, msg, reason) -> None:  # pragma: no cover - not used here
         self.log.append(("quarantine", reason))
+
+    def ddl_state(self, conn, key: str) -> str | None:
+        return self.ddl.get(key)
+
+    def ddl_record(self, conn, ev, key: str, *, state: str, statements: list[str], detail: str = "") -> None:
+        self.ddl[key] = state
+        self.log.append(("ddl", state, detail[:40]) if detail else ("ddl", state))
+
+    def created_schema(self, conn, schema: str) -> bool:
+        return False
+
+    def schema_created(self, conn, schema: str) -> None:
+        pass
 
 
 class Recorder(StageTimer):
@@ -68,11 +110,14 @@ class Recorder(StageTimer):
         self.counts[what] = self.counts.get(what, 0) + n
 
 
-def setup(sink: FakeSink, timer: StageTimer | None = None) -> tuple[Applier, Gate]:
-    engine = create_engine("sqlite://")
+def setup(sink: FakeSink, timer: StageTimer | None = None, *, transactional: bool = False,
+          **kw) -> tuple[Applier, Gate]:
+    engine = create_engine("sqlite://")  # one in-memory database per test (the pool keeps its connection)
     gate = Gate(partitions=[("k", 0)], applied_ts=0, partition_resolved={})
-    kw = {"timer": timer} if timer is not None else {}
-    return Applier(engine, sink, lambda s, t: ("r", t), FakeStore(sink.log), **kw), gate
+    if timer is not None:
+        kw["timer"] = timer
+    ap = Applier(engine, FakeDialect(sink, transactional), lambda s, t: ("main", t), FakeStore(sink.log), **kw)
+    return ap, gate
 
 
 def test_released_rows_and_progress_commit_together_and_only_up_to_the_resolved_ts() -> None:
@@ -109,3 +154,100 @@ def test_without_a_timer_nothing_is_measured() -> None:
     ap, gate = setup(sink)
     gate.add([row(10, 0, 1, 1), Resolved(10, SourcePosition("k", 0, 1))])
     assert ap.apply(gate.release()).rows == 1
+
+
+# ---- DDL replay: the history row's states ---------------------------------------------------------------
+
+def ddl(ts: int, off: int, query: str) -> DDL:
+    return DDL("s", "t", ts, query, SourcePosition("k", 0, off))
+
+
+def release_ddl(ap: Applier, gate: Gate, ev: DDL, resolved: int) -> None:
+    gate.add([ev, Resolved(resolved, SourcePosition("k", 0, ev.position.offset + 1))])
+    ap.apply(gate.release())
+
+
+def columns(ap: Applier) -> list[str]:
+    with ap.engine.connect() as c:
+        return [r[1] for r in c.exec_driver_sql("PRAGMA table_info(t)")]
+
+
+def test_a_non_transactional_ddl_is_marked_started_before_it_runs_and_done_with_the_progress() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    release_ddl(ap, gate, ddl(20, 0, "CREATE TABLE t (id INT PRIMARY KEY)"), 20)
+    assert sink.log == [("begin", None), ("save", 19), ("ddl", "started"), ("ddl", "done"), ("save", 19),
+                        ("forget", [("main", "t")]), ("begin", None), ("save", 20)]
+    assert columns(ap) == ["id"] and ap.total.ddls == 1
+
+
+def test_a_replay_after_a_crash_between_started_and_done_accepts_what_already_took_effect() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    release_ddl(ap, gate, ddl(20, 0, "CREATE TABLE t (id INT PRIMARY KEY)"), 20)
+    add = ddl(30, 2, "ALTER TABLE t ADD COLUMN c INT")
+    with ap.engine.begin() as c:  # the crash: the statement ran, the history row still says "started"
+        c.exec_driver_sql("ALTER TABLE t ADD COLUMN c INT")
+    ap.store.ddl[ddl_key(add)] = "started"
+    release_ddl(ap, gate, add, 30)
+    assert ap.store.ddl[ddl_key(add)] == "done" and columns(ap) == ["id", "c"]
+
+
+def test_the_same_error_without_a_started_marker_stops_the_pipeline() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    release_ddl(ap, gate, ddl(20, 0, "CREATE TABLE t (id INT PRIMARY KEY)"), 20)
+    with ap.engine.begin() as c:  # somebody added the column by hand: not a replay, so not "already done"
+        c.exec_driver_sql("ALTER TABLE t ADD COLUMN c INT")
+    add = ddl(30, 2, "ALTER TABLE t ADD COLUMN c INT")
+    with pytest.raises(ApplyError, match=r"DDL at .* failed on the target: .*duplicate column.* Fix the target"):
+        release_ddl(ap, gate, add, 30)
+    assert ap.store.ddl[ddl_key(add)] == "started"  # the rerun after the fix is a replay
+    assert ("save", 30) not in sink.log and gate.applied_ts == 20
+
+
+@pytest.mark.parametrize("state", ["done", "skipped"])
+def test_a_ddl_the_history_has_as_done_or_skipped_never_runs_again(state: str) -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    ev = ddl(20, 0, "CREATE TABLE t (id INT PRIMARY KEY)")
+    ap.store.ddl[ddl_key(ev)] = state
+    release_ddl(ap, gate, ev, 20)
+    assert columns(ap) == [] and ap.total.ddls == 0
+    assert [e for e in sink.log if e[0] == "ddl"] == [] and sink.log[-1] == ("save", 20)
+
+
+def test_an_unsupported_ddl_stops_or_is_recorded_as_skipped_by_policy() -> None:
+    grant = ddl(20, 0, "GRANT ALL ON *.* TO 'u'@'%'")
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    with pytest.raises(ApplyError, match=r'cannot be applied to mysql: .* on_unsupported_ddl = "skip"'):
+        release_ddl(ap, gate, grant, 20)
+    assert ap.store.ddl == {} and gate.applied_ts == 0
+
+    sink = FakeSink()
+    ap, gate = setup(sink, on_unsupported_ddl="skip")
+    release_ddl(ap, gate, grant, 20)
+    assert ap.store.ddl == {ddl_key(grant): "skipped"} and ap.total.ddls_skipped == 1
+    assert ("save", 19) in sink.log and gate.applied_ts == 20
+
+
+def test_a_transactional_ddl_is_recorded_once_as_done_and_a_failure_records_nothing() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, transactional=True)
+    release_ddl(ap, gate, ddl(20, 0, "CREATE TABLE t (id INT PRIMARY KEY)"), 20)
+    assert [e for e in sink.log if e[0] == "ddl"] == [("ddl", "done")]
+    release_ddl(ap, gate, ddl(30, 2, "ALTER TABLE t ADD COLUMN c INT"), 30)
+    bad = ddl(40, 4, "ALTER TABLE t ADD COLUMN c INT")  # the column is there: not a replay, so an error
+    with pytest.raises(ApplyError, match="duplicate column"):
+        release_ddl(ap, gate, bad, 40)
+    assert ddl_key(bad) not in ap.store.ddl and gate.applied_ts == 30
+
+
+def test_a_ddl_reaching_the_appliers_own_tables_is_refused() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    ap.route = lambda s, t: ("applier_home", t)
+    with pytest.raises(ApplyError, match="reserved for the applier's own tables"):
+        release_ddl(ap, gate, DDL("s", "applier_progress", 20, "DROP TABLE applier_progress",
+                                  SourcePosition("k", 0, 0)), 20)

@@ -11,6 +11,7 @@ import io
 import json
 import struct
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 
 import fastavro
@@ -23,16 +24,15 @@ from applier.codecs import avro as A
 from applier.codecs.registry import RegistryClient, RegistryError, RegistryUnavailable
 from applier.devtools.encoders import avro as AE
 from applier.devtools.encoders.registry import InMemoryRegistry
-from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.helpers import VALUE_STRATEGIES, values_equal
+from applier.events import DDL, Column, DecodeError, Op, Resolved, RowChange, SourcePosition
+from tests.unit.helpers import VALUE_STRATEGIES, kafka_msg, values_equal
 
 POS = SourcePosition("shop_orders", 2, 77)
 WHERE = "topic=shop_orders partition=2 offset=77"
 TS = 425_123_456_789_012_345
 
 
-def msg(key, value, offset: int = 77) -> KafkaMessage:
-    return KafkaMessage(topic="shop_orders", partition=2, offset=offset, key=key, value=value)
+msg = partial(kafka_msg, topic="shop_orders", partition=2, offset=77)
 
 
 def frame(schema_id: int, payload: bytes) -> bytes:

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import re
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -18,15 +19,14 @@ from applier.codecs import canal_json as C
 from applier import mysql_values as T
 from applier.devtools.encoders import canal_json as CE
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.helpers import VALUE_STRATEGIES, assert_same_row, mutate_bytes
+from tests.unit.helpers import VALUE_STRATEGIES, assert_same_row, kafka_msg, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
 COMMIT_TS = 417318403368288260
 
 
-def msg(value: bytes | None, topic: str = "orders", partition: int = 3, offset: int = 42) -> KafkaMessage:
-    return KafkaMessage(topic=topic, partition=partition, offset=offset, key=None, value=value)
+msg = partial(kafka_msg, None)  # Canal-JSON messages have no key that matters
 
 
 def jmsg(obj) -> KafkaMessage:

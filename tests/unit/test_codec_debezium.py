@@ -18,15 +18,14 @@ from applier.codecs import debezium as D
 from applier import mysql_values as T
 from applier.devtools.encoders import debezium as DE
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition
-from tests.unit.helpers import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, assert_same_row, mutate_bytes
+from tests.unit.helpers import TIME_MAX, TIME_MIN, VALUE_STRATEGIES, assert_same_row, kafka_msg, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
 NOW = 1701326309000  # the ts_ms TiCDC's tests pin
 
 
-def msg(key: bytes | None, value: bytes | None) -> KafkaMessage:
-    return KafkaMessage(topic="orders", partition=3, offset=42, key=key, value=value)
+msg = kafka_msg
 
 
 def jmsg(key_obj, value_obj) -> KafkaMessage:

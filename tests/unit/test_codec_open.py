@@ -28,15 +28,13 @@ from applier.events import (
     RowChange,
     SourcePosition,
 )
-from tests.unit.helpers import VALUE_STRATEGIES, assert_same_row, mutate_bytes
+from tests.unit.helpers import VALUE_STRATEGIES, assert_same_row, kafka_msg, mutate_bytes
 
 POS = SourcePosition("orders", 3, 42)
 WHERE = "topic=orders partition=3 offset=42"
 
 
-def msg(key: bytes | None, value: bytes | None, topic: str = "orders", partition: int = 3,
-        offset: int = 42) -> KafkaMessage:
-    return KafkaMessage(topic=topic, partition=partition, offset=offset, key=key, value=value)
+msg = kafka_msg
 
 
 def raw(events: list[tuple[dict, dict | None]]) -> tuple[bytes, bytes]:

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from applier.config import ConfigError, Settings, load_config, parse_config
+from applier.pipeline import router_for
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -706,7 +707,7 @@ def test_sample_changefeed_decodes_and_routes_with_the_config(stack: Stack, sett
         f"{stack.config_path.name} decodes {settings.source.protocol!r}")
     for key, value in wl.codec.items():
         assert settings.source.codec.get(key) == value, f"the sample needs [source.codec] {key} = {value!r}"
-    router = settings.router()
+    router = router_for(settings)
     targets = {table: router.route(workload.SCHEMA, table) for table in wl.expected}
     ignored = [t for t, dest in targets.items() if dest is None]
     assert not ignored, f"the config's routes ignore the sample's tables {workload.SCHEMA}.{ignored}"

@@ -17,6 +17,7 @@ from applier.config import (
     load_config,
     parse_config,
 )
+from applier.pipeline import router_for
 from applier.routing import Router, Rule
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,7 +130,7 @@ def test_full_config():
         Rule("shop.*", schema="shop_copy", table="{table}", name="route[0]"),
         Rule("shop.tmp", ignore=True, name="route[1]"),
     )
-    router = s.router()
+    router = router_for(s)
     assert isinstance(router, Router)
     assert router.route("shop", "a") == ("shop_copy", "a")
     assert router.route("shop", "tmp") is None
@@ -774,7 +775,7 @@ def test_example_configs_load(path):
     text = repr(s) + json.dumps(s.redacted())
     for secret in EXAMPLE_ENV.values():
         assert secret not in text
-    s.router().route("shop", "orders")  # the rules compile and route
+    router_for(s).route("shop", "orders")  # the rules compile and route
 
 
 def test_example_configs_exist():
@@ -794,7 +795,7 @@ def test_compose_example_targets_compose_services():
 
 
 def test_canal_postgres_example_routes():
-    r = load_config(CONF_DIR / "canal-postgres.toml", env=EXAMPLE_ENV).router()
+    r = router_for(load_config(CONF_DIR / "canal-postgres.toml", env=EXAMPLE_ENV))
     assert r.route("orders", "order_item_12") == ("orders", "order_item")
     assert r.route("orders", "customers") == ("orders", "customers")
     assert r.route("orders", "_customers_gho") is None
@@ -805,7 +806,7 @@ def test_canal_postgres_example_routes():
 
 
 def test_open_mariadb_example_routes():
-    r = load_config(CONF_DIR / "open-mariadb.toml", env=EXAMPLE_ENV).router()
+    r = router_for(load_config(CONF_DIR / "open-mariadb.toml", env=EXAMPLE_ENV))
     assert r.route("shop", "orders") == ("shop_replica", "orders")
     assert r.route("shop", "tmp_orders") is None
     assert r.route("shop", "") == ("shop_replica", "")
@@ -826,7 +827,7 @@ def test_settings_pickle_round_trip():
     s2 = pickle.loads(pickle.dumps(s))
     assert s2 == s
     assert s2.target_url().password == PASSWORD
-    assert s2.router().route("shop", "a") == ("copy", "a")
+    assert router_for(s2).route("shop", "a") == ("copy", "a")
     assert dict(s2.source.kafka) == {"security.protocol": "SSL"}
 
 

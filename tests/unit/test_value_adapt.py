@@ -11,11 +11,12 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, strategies as st
 
+from applier.dialect import MYSQL, POSTGRES
 from applier.mysql_values import parse_time
 from applier.sinks import ApplyError
 from applier.sinks.table import build_meta
-from applier.sinks.mysql import MySQLSink, ZERO_TIMESTAMP, mysql_converter, session_sql_mode
-from applier.sinks.postgres import NEG_INFINITY, PostgresSink, ValueRefused, pg_converter
+from applier.sinks.mysql import ZERO_TIMESTAMP, mysql_converter, session_sql_mode
+from applier.sinks.postgres import NEG_INFINITY, ValueRefused, pg_converter
 
 UTC = dt.timezone.utc
 
@@ -137,7 +138,7 @@ def test_converters_are_idempotent():
 
 
 def test_pg_adapt_rows_converts_only_what_needs_it_and_names_the_column_on_refusal():
-    sink = PostgresSink()
+    sink = POSTGRES.writer()
     m = meta({"id": "integer", "e": "enum('a','b')", "b": "bit varying(4)", "n": "numeric(65,30)", "t": "text"})
     rows = [{"id": 1, "e": 2, "b": 3, "n": Decimal("1.5"), "t": "x"}, {"id": 2, "e": None, "b": None, "n": None, "t": None}]
     out = sink.adapt_rows(m, ("id", "e", "b", "n", "t"), rows)
@@ -154,7 +155,7 @@ def test_pg_adapt_rows_converts_only_what_needs_it_and_names_the_column_on_refus
 
 
 def test_pg_adapt_keys_and_the_converter_cache():
-    sink = PostgresSink()
+    sink = POSTGRES.writer()
     m = meta({"k": "enum('a','b')", "ts": "timestamp(6) with time zone", "v": "integer"}, key=("k", "ts"))
     keys = [(1, dt.datetime(2020, 1, 1)), (2, "0000-00-00 00:00:00")]
     assert sink.adapt_keys(m, keys) == [("a", dt.datetime(2020, 1, 1, tzinfo=UTC)), ("b", NEG_INFINITY)]
@@ -200,7 +201,7 @@ def test_mysql_timestamp():
 
 
 def test_mysql_adapt_rows_and_keys():
-    sink = MySQLSink()
+    sink = MYSQL.writer()
     m = meta({"id": "int(11)", "tm": "time(6)", "ts": "timestamp(6)", "e": "enum('a','b')", "b": "bit(64)"},
              key=("id", "tm"))
     rows = [{"id": 1, "tm": -dt.timedelta(hours=1), "ts": dt.datetime(1970, 1, 1), "e": 2, "b": 2**64 - 1}]

@@ -1,0 +1,195 @@
+"""One object per target database, picked once, that every dialect decision goes through.
+
+The applier writes to three servers that differ in ways that matter for correctness: which writer (COPY and
+``ON CONFLICT`` on PostgreSQL, ``ON DUPLICATE KEY UPDATE`` on MySQL/MariaDB), how the upstream DDL is
+translated (MariaDB spells some statements differently from MySQL), how a decoded MySQL value becomes what a
+column stores, whether DDL is transactional, and which server errors mean "a fault that passes" or "this DDL had
+already taken effect". Keeping all of those on one :class:`Dialect` means the choice is made in one place
+(:func:`dialect_for`) and a fourth database is one new class, not a hunt through the stages.
+
+What a dialect *runs* (table reads, upsert/delete SQL, schema creation) lives in its writer under
+``applier/sinks/``; what it *translates* lives under ``applier/ddl/``; this module only picks and classifies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from applier.ddl import TranslatedDDL, translate
+from applier.sinks.base import Sink
+from applier.timing import NO_TIMING, StageTimer
+
+Converter = Callable[[Any], Any]
+Route = Callable[[str, str], "tuple[str, str] | None"]
+
+# MySQL/MariaDB error codes of faults that pass: the whole target transaction is replayed (invariant 14).
+MYSQL_TRANSIENT_ERRORS = frozenset({
+    1040,  # too many connections
+    1053,  # server shutdown in progress
+    1205,  # lock wait timeout
+    1213,  # deadlock
+    1927,  # connection was killed (MariaDB)
+    2003,  # can't connect (the server is restarting)
+    2006,  # server has gone away
+    2013,  # lost connection during query
+    2055,  # lost connection
+    4031,  # disconnected by the server
+})
+
+# MySQL/MariaDB error codes that, when a DDL is re-run after a crash, mean it already happened.
+MYSQL_REPLAY_NOOP_ERRORS = frozenset({
+    1007,  # database exists
+    1008,  # database does not exist (drop)
+    1050,  # table already exists
+    1051,  # unknown table (drop)
+    1054,  # unknown column (rename/drop re-run)
+    1060,  # duplicate column name
+    1061,  # duplicate key name
+    1068,  # multiple primary key defined
+    1091,  # can't drop; check that column/key exists
+    1146,  # table doesn't exist (rename re-run)
+    1505,  # partition management on a non-partitioned table
+    1507,  # error in list of partitions to drop (already dropped)
+    1508,  # cannot remove all partitions
+    1517,  # duplicate partition name
+})
+
+# SQLSTATEs (and classes) of PostgreSQL faults that pass: the whole target transaction is replayed (invariant 14).
+PG_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "53300", "55P03", "57P01", "57P02", "57P03"})
+PG_TRANSIENT_SQLSTATE_CLASSES = ("08",)  # connection exceptions
+
+
+def _driver_error(exc: BaseException | None) -> DBAPIError | None:
+    """The outermost DBAPI error in ``exc``'s cause chain (bounded: chains can loop)."""
+    for _ in range(20):
+        if exc is None or isinstance(exc, DBAPIError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class Dialect:
+    """A target database: its writer, its DDL translator, its value conversion and its error classes.
+
+    Stateless and shared: a run builds one writer (:meth:`writer`), which holds the caches."""
+
+    name: ClassVar[str]  # as operators read it and as applier.ddl.translate names it
+    #: PostgreSQL: a DDL commits with its history row and the progress. MySQL/MariaDB commit DDL implicitly,
+    #: so the applier marks it "started" first (applier/apply.py).
+    ddl_is_transactional: ClassVar[bool] = False
+    #: Whether dropping a schema drops what is in it (PostgreSQL's DROP SCHEMA ... CASCADE): such a DDL only
+    #: runs for schemas the applier created.
+    drop_schema_cascades: ClassVar[bool] = False
+
+    def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
+        raise NotImplementedError
+
+    def translate_ddl(self, query: str, *, schema: str, table: str, route: Route) -> TranslatedDDL:
+        """The upstream (TiDB) DDL as statements for this database (raises UnsupportedDDL)."""
+        return translate(self.name, query, schema=schema, table=table, route=route)
+
+    def value_converter(self, column_type: str | None) -> Converter | None:
+        """The function that turns a decoded upstream value into what a column of this catalog type stores, or
+        None when values go as they are (rules in docs/value-rules.md)."""
+        return None
+
+    def is_transient(self, exc: BaseException | None) -> bool:
+        """Whether ``exc`` (or an exception it was raised from) is a target fault that passes: a lost
+        connection, a server restart, a deadlock or lock-wait timeout. Such a fault replays the whole target
+        transaction."""
+        err = _driver_error(exc)
+        return err is not None and (err.connection_invalidated or self._transient_driver_error(err.orig))
+
+    def is_replay_noop(self, exc: BaseException) -> bool:
+        """True when re-running a DDL failed only because it had already taken effect."""
+        return False
+
+    def _transient_driver_error(self, orig: BaseException | None) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"<{self.name} dialect>"
+
+
+class MySQLDialect(Dialect):
+    name = "mysql"
+
+    def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
+        from applier.sinks.mysql import MySQLSink
+
+        return MySQLSink(batch_rows, convert=self.value_converter, timer=timer)
+
+    def value_converter(self, column_type: str | None) -> Converter | None:
+        from applier.sinks.mysql import mysql_converter
+
+        return mysql_converter(column_type)
+
+    def _transient_driver_error(self, orig: BaseException | None) -> bool:
+        code = orig.args[0] if orig is not None and orig.args else None
+        return code in MYSQL_TRANSIENT_ERRORS
+
+    def is_replay_noop(self, exc: BaseException) -> bool:
+        if isinstance(exc, DBAPIError) and exc.orig is not None and exc.orig.args:
+            return exc.orig.args[0] in MYSQL_REPLAY_NOOP_ERRORS
+        return False
+
+
+class MariaDBDialect(MySQLDialect):
+    """MySQL's writer and values; DDL with MariaDB's own spellings and ``IF [NOT] EXISTS`` forms."""
+
+    name = "mariadb"
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+    ddl_is_transactional = True
+    drop_schema_cascades = True
+
+    def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
+        from applier.sinks.postgres import PostgresSink
+
+        return PostgresSink(batch_rows, convert=self.value_converter, timer=timer)
+
+    def value_converter(self, column_type: str | None) -> Converter | None:
+        from applier.sinks.postgres import pg_converter
+
+        return pg_converter(column_type)
+
+    def _transient_driver_error(self, orig: BaseException | None) -> bool:
+        sqlstate = getattr(orig, "sqlstate", None)
+        if sqlstate is not None:
+            return sqlstate in PG_TRANSIENT_SQLSTATES or sqlstate.startswith(PG_TRANSIENT_SQLSTATE_CLASSES)
+        # no SQLSTATE: the connection itself failed
+        return type(orig).__module__.startswith("psycopg") and type(orig).__name__ == "OperationalError"
+
+
+MYSQL = MySQLDialect()
+MARIADB = MariaDBDialect()
+POSTGRES = PostgresDialect()
+
+_BY_NAME = {"mysql": MYSQL, "mariadb": MARIADB, "postgresql": POSTGRES}
+
+
+def dialect_named(name: str) -> Dialect:
+    """The dialect for ``"mysql"``, ``"mariadb"`` or ``"postgresql"``."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unsupported target dialect {name!r}: use mysql+pymysql, mariadb+pymysql or "
+                         "postgresql+psycopg") from None
+
+
+def dialect_for(bind: Engine | Connection) -> Dialect:
+    """The dialect of this engine's server. A ``mysql+pymysql`` URL may point at MariaDB, which only the
+    server tells (SQLAlchemy learns it on the first connection), so an engine that never connected connects
+    once here."""
+    sa = bind.dialect
+    if sa.name == "mysql" and sa.server_version_info is None and isinstance(bind, Engine):
+        with bind.connect():
+            pass
+    if sa.name in ("mysql", "mariadb"):
+        return MARIADB if getattr(sa, "is_mariadb", False) else MYSQL
+    return dialect_named(sa.name)
