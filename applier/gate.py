@@ -14,9 +14,10 @@ Why each rule exists (architecture invariants):
 * Order (3): released events come in ``(commit_ts, topic, partition, offset, index)`` order. One row key always
   lives in one partition, so this is TiCDC's per-key order, and the commit-ts order makes a DDL a barrier
   between the changes of its table before and after it.
-* Duplicates (4): an event is dropped only when ``commit_ts <= applied_ts`` (the resolved ts already applied).
-  Anything above it is kept even when it arrives after newer ones — dropping those lost rows in TiCDC's own
-  consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once.
+* Duplicates (4): an event is dropped only when ``commit_ts <= applied_ts`` (the resolved ts already applied),
+  or when it is the same change as one still held (:func:`_row_identity`: compared exactly, never by a hash
+  alone). Anything else above the applied ts is kept even when it arrives after newer ones — dropping those
+  lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once.
 * Nothing lost on restart (7): :meth:`Gate.restart_offsets` is, per partition, the lowest offset of any event
   still held (in memory or spilled), so re-reading Kafka from there rebuilds the held set after a crash.
 * Bounded memory (8): held events beyond ``budget_bytes`` spill to local disk (:class:`applier.spill.RunStore`).
@@ -46,22 +47,54 @@ def ddl_identity(ev: DDL) -> tuple[int, str, str, str]:
     return (ev.commit_ts, ev.schema, ev.table, ev.query)
 
 
-def _content_hash(ev: RowChange) -> int:
-    """Hash of a row change's content (not its position): a re-sent copy hashes the same. It is kept per commit
-    ts: within one ts TiKV keeps one change per key, so two different changes of that ts differ in content.
-
-    Keys and values are hashed as two tuples rather than as ``items()`` pairs: the same information (order
-    included) without building one 2-tuple per column. ``_value_`` is the enum's plain attribute; ``.value``
-    and ``Enum.__hash__`` are Python-level calls, too slow to pay once per held row."""
+def _content(ev: RowChange) -> tuple:
+    """A row change's content (not its position): a re-sent copy has the same. Keys and values go as two tuples
+    rather than as ``items()`` pairs: the same information (order included) without building one 2-tuple per
+    column. ``_value_`` is the enum's plain attribute; ``.value`` and ``Enum.__hash__`` are Python-level calls,
+    too slow to pay once per held row."""
     b, a = ev.before, ev.after
     op = ev.op
-    content = (ev.schema, ev.table, getattr(op, "_value_", op),
-               None if b is None else tuple(b), None if b is None else tuple(b.values()),
-               None if a is None else tuple(a), None if a is None else tuple(a.values()))
+    return (ev.schema, ev.table, getattr(op, "_value_", op),
+            None if b is None else tuple(b), None if b is None else tuple(b.values()),
+            None if a is None else tuple(a), None if a is None else tuple(a.values()))
+
+
+def _content_hash(content: tuple) -> int:
     try:
         return hash(content)
     except TypeError:  # an unhashable value (should not happen with decoded values): fall back to its text
         return hash(repr(content))
+
+
+_NO_ROW = object()  # the before (insert) or after (delete) image a change does not have
+
+
+def _row_identity(ev: RowChange, key_names: tuple[str, ...]) -> tuple:
+    """What a held row change is compared by to decide that another one is its re-sent copy (invariant 4).
+
+    Exact, not a hash: a 64-bit hash lets two different changes collide (Python hashes -1 and -2 alike, so
+    the rows with keys -1 and -2 of one transaction once collided and one was dropped), and upstream values are
+    untrusted input that could be made to collide on purpose. Within one commit ts TiKV keeps one change per
+    row key, so (table, op, before key, after key) names one change exactly; it is much smaller than the row,
+    and the held identities must not keep spilled rows in memory. The content hash rides along, so that a
+    decoder's wrong key flags alone never make two different changes count as the same. A change
+    without key columns (keyless table) is compared by its whole content."""
+    content = _content(ev)
+    if not key_names:
+        return content
+    b, a = ev.before, ev.after
+    if len(key_names) == 1:
+        k = key_names[0]
+        bk = _NO_ROW if b is None else b.get(k, _NO_ROW)
+        ak = _NO_ROW if a is None else a.get(k, _NO_ROW)
+    else:
+        bk = _NO_ROW if b is None else tuple(b.get(k, _NO_ROW) for k in key_names)
+        ak = _NO_ROW if a is None else tuple(a.get(k, _NO_ROW) for k in key_names)
+    try:
+        hash(bk), hash(ak)
+    except TypeError:  # an unhashable key value (not produced by the decoders): compare the whole content
+        return content
+    return (_content_hash(content), ev.op, ev.schema, ev.table, bk, ak)
 
 
 @dataclass(frozen=True)
@@ -103,9 +136,11 @@ class Gate:
         self.stats = {"duplicates_dropped": 0, "ddl_duplicates_dropped": 0, "spills": 0, "spilled_events": 0}
         self._runs = RunStore(gated=gated, budget_bytes=budget_bytes, spill_dir=spill_dir, stats=self.stats)
         self._held_ddl: set[tuple[int, str, str, str]] = set(seen_ddl)
-        # Content hashes of held row changes per commit ts (see _content_hash), and a heap of those ts: once a
-        # ts is applied its whole set goes at once, instead of rebuilding one big set at every forget().
-        self._held_rows: dict[int, set[int]] = {}
+        # Identities of held row changes per commit ts (see _row_identity), and a heap of those ts: once a ts
+        # is applied its whole set goes at once, instead of rebuilding one big set at every forget().
+        self._held_rows: dict[int, set[tuple]] = {}
+        # key column names per column tuple (decoders share one tuple per table shape)
+        self._key_names: dict[int, tuple[tuple, tuple[str, ...]]] = {}
         self._held_row_ts: list[int] = []
         self.next_offsets: dict[TopicPartition, int] = {}
         # Resolved events seen per partition as (offset, ts), kept from the restart offset on: after a crash
@@ -132,6 +167,7 @@ class Gate:
         gated = self.gated
         applied = self.applied_ts
         held_rows = self._held_rows
+        key_names = self._key_names
         stats = self.stats
         for ev in events:
             pos = ev.position
@@ -173,7 +209,13 @@ class Gate:
                 # A TiCDC restart re-sends whole transactions. A copy of an event still held is dropped: were it
                 # kept, a micro-batch boundary cutting the copy in two could release its delete now and drop its
                 # insert later (as at or below the applied ts), losing the row.
-                h = _content_hash(ev)
+                cols = ev.columns
+                kn = key_names.get(id(cols))
+                if kn is None or kn[0] is not cols:
+                    if len(key_names) >= 4096:
+                        key_names.clear()
+                    kn = key_names[id(cols)] = (cols, tuple(c.name for c in cols if c.key))
+                h = _row_identity(ev, kn[1])
                 seen = held_rows.get(ts)
                 if seen is None:
                     held_rows[ts] = {h}

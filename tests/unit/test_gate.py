@@ -12,7 +12,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from applier.events import DDL, Op, RowChange, SourcePosition
+from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
 from applier.gate import Gate
 from tests.unit.gate_streams import make_stream, materialise, res, row
 
@@ -104,6 +104,39 @@ def test_late_event_above_applied_ts_is_never_dropped() -> None:
     # applied since nothing was released). It must still be applied.
     g.add([row(45, 1, 1, 2, 2), res(70, 1, 2)])
     assert [e.commit_ts for e in drain(g)] == [45, 50]
+
+
+def test_a_resent_copy_of_a_held_change_is_dropped_and_only_that() -> None:
+    g = Gate(partitions=[("k", 0)])
+    g.add([row(10, 0, 0, 1, 1), row(10, 0, 1, 2, 2), row(10, 0, 2, 1, 1)])  # offset 2 re-sends offset 0
+    g.add([row(10, 0, 3, 2, 2), res(10, 0, 4)])  # and the next micro-batch re-sends offset 1
+    assert [(e.after["id"], e.position.offset) for e in drain(g)] == [(1, 0), (2, 1)]
+    assert g.stats["duplicates_dropped"] == 2
+
+
+@pytest.mark.parametrize("a, b", [(-1, -2), (1, 2**61)])  # equal Python hashes: hash(-1) == hash(-2) == -2
+def test_different_changes_whose_hashes_collide_are_both_kept(a: int, b: int) -> None:
+    """Duplicates are found by exact comparison: a hash alone once dropped the row with key -2 of a transaction
+    that also wrote key -1, and upstream values are untrusted input that can collide on purpose."""
+    assert hash(a) == hash(b)
+    g = Gate(partitions=[("k", 0)])
+    g.add([row(10, 0, 0, a, 7), row(10, 0, 1, b, 7), res(10, 0, 2)])
+    assert sorted(e.after["id"] for e in drain(g)) == sorted([a, b]) and g.stats["duplicates_dropped"] == 0
+
+
+def test_keyless_and_composite_key_changes_are_compared_exactly() -> None:
+    keyless = (Column("v", "int"),)
+    two = (Column("a", "int", nullable=False, key=True), Column("b", "int", nullable=False, key=True))
+    pos = [SourcePosition("k", 0, i) for i in range(7)]
+    g = Gate(partitions=[("k", 0)])
+    g.add([RowChange("s", "n", 10, Op.INSERT, None, {"v": -1}, keyless, pos[0]),
+           RowChange("s", "n", 10, Op.INSERT, None, {"v": -2}, keyless, pos[1]),
+           RowChange("s", "n", 10, Op.INSERT, None, {"v": -1}, keyless, pos[2]),  # a copy of offset 0
+           RowChange("s", "c", 10, Op.INSERT, None, {"a": -1, "b": 5}, two, pos[3]),
+           RowChange("s", "c", 10, Op.INSERT, None, {"a": -2, "b": 5}, two, pos[4]),
+           RowChange("s", "c", 10, Op.DELETE, {"a": -2, "b": 6}, None, two, pos[5]),
+           Resolved(10, pos[6])])
+    assert [e.position.offset for e in drain(g)] == [0, 1, 3, 4, 5] and g.stats["duplicates_dropped"] == 1
 
 
 def test_ddl_already_applied_is_not_held_again() -> None:
