@@ -41,6 +41,10 @@ log = logging.getLogger("applier.apply")
 
 Route = Callable[[str, str], "tuple[str, str] | None"]
 
+# DDL kinds that act on every row or the name of a target table: run for one shard of a merged table, they act
+# on all shards (see Applier._shard_conflict)
+SHARD_DESTRUCTIVE = frozenset({"drop_table", "truncate_table", "rename_table", "drop_index", "drop_schema"})
+
 CHUNK_EVENTS = 20_000  # row changes planned and written at a time: bounds memory for huge transactions
 
 
@@ -56,7 +60,8 @@ class ApplyStats:
 
 class Applier:
     def __init__(self, engine: Engine, dialect: Dialect, route: Route, store: ProgressStore, *,
-                 batch_rows: int = 5000, on_unsupported_ddl: str = "stop", chunk_events: int = CHUNK_EVENTS,
+                 batch_rows: int = 5000, on_unsupported_ddl: str = "stop", shard_ddl: str = "stop",
+                 chunk_events: int = CHUNK_EVENTS,
                  replace_mode: bool = False, ddl_scope: Callable[[str, str], bool] | None = None,
                  timer: StageTimer = NO_TIMING) -> None:
         self.engine = engine
@@ -69,6 +74,9 @@ class Applier:
         self._own_schema: str | None = None
         self.store = store
         self.on_unsupported_ddl = on_unsupported_ddl
+        self.shard_ddl = shard_ddl
+        # upstream tables whose rows reached the target: recorded ones (read once) and this run's
+        self._sources: set[tuple[str, str]] | None = None
         self.chunk_events = chunk_events
         self.replace_mode = replace_mode  # ungated streams: clear unique-key holders before upserts
         self.total = ApplyStats()
@@ -156,6 +164,8 @@ class Applier:
                     f"writing {len(changes)} change(s) of upstream table {shown(schema, table)} into {meta.display} "
                     f"failed (events from {first} to {last}): {db_reason(exc)}"
                 ) from exc
+            if self._sources is not None:
+                self._sources.add((schema, table))
             tp = progress.setdefault((schema, table), TableProgress(*target))
             tp.rows += len(changes)
             stats.rows += len(changes)
@@ -178,11 +188,18 @@ class Applier:
                     "Apply an equivalent change to the target by hand and set [target] on_unsupported_ddl = \"skip\" "
                     "to record and skip it, then restart"
                 ) from None
-            with conn.begin():
-                self.store.ddl_record(conn, ev, key, state="skipped", statements=[], detail=str(exc))
-                self._save_after_ddl(conn, ev, rel)
-            stats.ddls_skipped += 1
-            log.warning("skipped DDL at %s: %s", ev.position, exc)
+            self._skip(conn, ev, key, rel, stats, str(exc))
+            return
+        shared = self._shard_conflict(ev, tr)
+        if shared:
+            if self.shard_ddl != "skip":
+                raise ApplyError(
+                    f"DDL at {ev.position} (commit ts {ev.commit_ts}) from upstream table {shown(ev.schema, ev.table)} "
+                    f"{shared}. Running it would destroy the other shards' rows, so it was not run. Make the change "
+                    "by hand if all shards agree, and set [target] shard_ddl = \"skip\" to record and skip such DDL, "
+                    "then restart"
+                )
+            self._skip(conn, ev, key, rel, stats, f"shard DDL not run on a merged table: {shared}")
             return
         if self.dialect.ddl_is_transactional:
             with conn.begin():
@@ -203,6 +220,37 @@ class Applier:
         stats.ddls += 1
         stats.transactions += 1
         log.info("applied DDL at %s (commit ts %d): %s", ev.position, ev.commit_ts, "; ".join(tr.statements) or "(nothing to do downstream)")
+
+    def _skip(self, conn: Connection, ev: DDL, key: str, rel: Release, stats: ApplyStats, detail: str) -> None:
+        with conn.begin():
+            self.store.ddl_record(conn, ev, key, state="skipped", statements=[], detail=detail)
+            self._save_after_ddl(conn, ev, rel)
+        stats.ddls_skipped += 1
+        log.warning("skipped DDL at %s: %s", ev.position, detail)
+
+    def _shard_conflict(self, ev: DDL, tr: TranslatedDDL) -> str:
+        """Safe shard merges: when routes merge several upstream tables into one target table, one shard's
+        DROP, TRUNCATE, RENAME or DROP INDEX would act on every shard's rows. The shards are the upstream tables
+        whose rows reached the target (applier_tables, and this run's) that the current routes send to the same
+        target; a shard that never had a row has nothing there to lose. '' when the DDL is safe to run."""
+        if tr.kind not in SHARD_DESTRUCTIVE or not tr.targets or not tr.statements:
+            return ""
+        if self._sources is None:
+            with self.engine.connect() as other:
+                self._sources = set(self.store.source_tables(other))
+        own = {(s.casefold(), t.casefold()) for s, t in [(ev.schema, ev.table), *tr.sources]}
+        own_schemas = {s for s, t in own if not t} if tr.kind == "drop_schema" else set()
+        for schema, table in tr.targets:
+            others = sorted(f"{s}.{t}" for s, t in self._sources
+                            if (s.casefold(), t.casefold()) not in own and s.casefold() not in own_schemas
+                            and (to := self.route(s, t)) is not None
+                            and to[0] == schema and (not table or to[1] == table))
+            if others:
+                where = f"schema {schema}" if not table else shown(schema, table)
+                more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+                return (f"would {tr.kind.replace('_', ' ')} {where}, which the routes also fill from "
+                        f"{', '.join(others[:5])}{more}")
+        return ""
 
     def _confine(self, ev: DDL, tr: TranslatedDDL) -> None:
         """Invariant 11: a DDL acts only on objects its routes give it. Where a statement acts is parsed from its

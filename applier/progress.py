@@ -307,6 +307,11 @@ class ProgressStore:
                 source_table=ev.table, query=ev.query, started_at=ts, **vals))
 
     # ---- target schemas the applier created (a DROP SCHEMA ... CASCADE is only for those) ----------------
+    def source_tables(self, conn: Connection) -> list[tuple[str, str]]:
+        """Every upstream table this pipeline has applied rows of (applier_tables)."""
+        return [(s, t) for s, t in conn.execute(
+            select(tables.c.source_schema, tables.c.source_table).where(tables.c.pipeline == self.pipeline))]
+
     def schema_created(self, conn: Connection, schema: str) -> None:
         if conn.execute(select(schemas.c.schema_name).where(schemas.c.schema_name == schema)).first() is None:
             conn.execute(insert(schemas).values(schema_name=schema, pipeline=self.pipeline, created_at=now()))

@@ -76,6 +76,7 @@ class FakeStore:
     def __init__(self, log: list) -> None:
         self.log = log
         self.ddl: dict[str, str] = {}  # ddl key -> history state
+        self.sources: list[tuple[str, str]] = []  # upstream tables with applied rows (applier_tables)
 
     def save(self, conn, *, applied_ts: int, checkpoints, table_progress, batches: int = 0) -> None:
         self.log.append(("save", applied_ts))
@@ -92,6 +93,9 @@ class FakeStore:
 
     def created_schema(self, conn, schema: str) -> bool:
         return False
+
+    def source_tables(self, conn) -> list[tuple[str, str]]:
+        return list(self.sources)
 
     def schema_created(self, conn, schema: str) -> None:
         pass
@@ -251,3 +255,66 @@ def test_a_ddl_reaching_the_appliers_own_tables_is_refused() -> None:
     with pytest.raises(ApplyError, match="reserved for the applier's own tables"):
         release_ddl(ap, gate, DDL("s", "applier_progress", 20, "DROP TABLE applier_progress",
                                   SourcePosition("k", 0, 0)), 20)
+
+
+# ---- shard merges: one shard's destructive DDL on a table the routes merge ---------------------------------
+
+def merged(schema: str, table: str) -> tuple[str, str]:
+    return ("main", "t") if table.startswith("shard") else ("main", table)
+
+
+@pytest.mark.parametrize("query", ["DROP TABLE shard1", "TRUNCATE TABLE shard1", "RENAME TABLE shard1 TO old1"])
+def test_a_shards_destructive_ddl_on_a_merged_table_stops_naming_the_other_shards(query: str) -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    ap.route = merged
+    with ap.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    ap.store.sources = [("s", "shard1"), ("s", "shard2"), ("s", "other")]
+    ev = DDL("s", "shard1", 20, query, SourcePosition("k", 0, 0))
+    with pytest.raises(ApplyError, match=r"would .* main\.t, which the routes also fill from s\.shard2\. .*"
+                                         r'shard_ddl = "skip"'):
+        release_ddl(ap, gate, ev, 20)
+    assert columns(ap) == ["id"] and ap.store.ddl == {} and gate.applied_ts == 0
+
+
+def test_a_shards_destructive_ddl_is_recorded_as_skipped_under_shard_ddl_skip() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, shard_ddl="skip")
+    ap.route = merged
+    with ap.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    ap.store.sources = [("s", "shard2")]
+    ev = DDL("s", "shard1", 20, "DROP TABLE shard1", SourcePosition("k", 0, 0))
+    release_ddl(ap, gate, ev, 20)
+    assert columns(ap) == ["id"] and ap.store.ddl == {ddl_key(ev): "skipped"} and gate.applied_ts == 20
+    assert ap.total.ddls_skipped == 1
+
+
+def test_a_shard_seen_only_in_this_run_counts_and_a_lone_table_is_dropped_as_usual() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    ap.route = merged
+    with ap.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t (id INT PRIMARY KEY)")
+        c.exec_driver_sql("CREATE TABLE lone (id INT PRIMARY KEY)")
+    ap.store.sources = [("s", "lone"), ("s", "shard1")]
+    release_ddl(ap, gate, DDL("s", "lone", 20, "DROP TABLE lone", SourcePosition("k", 0, 0)), 20)
+    with ap.engine.connect() as c:  # not merged: it runs
+        assert [r[0] for r in c.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["t"]
+    shard2 = RowChange("s", "shard2", 30, Op.INSERT, None, {"id": 1, "v": 1}, COLS, SourcePosition("k", 0, 2))
+    gate.add([shard2, Resolved(30, SourcePosition("k", 0, 3))])
+    ap.apply(gate.release())  # shard2's rows reach main.t in this run
+    with pytest.raises(ApplyError, match=r"also fill from s\.shard2"):
+        release_ddl(ap, gate, DDL("s", "shard1", 40, "TRUNCATE TABLE shard1", SourcePosition("k", 0, 4)), 40)
+
+
+def test_a_rename_of_an_unmerged_table_is_not_taken_for_a_shard_conflict() -> None:
+    ap, _ = setup(FakeSink())
+    ap.store.sources = [("s", "a"), ("s", "c")]
+    ev = DDL("s", "b", 20, "RENAME TABLE a TO b", SourcePosition("k", 0, 0))  # TiCDC names the new table
+    tr = ap.dialect.translate_ddl(ev.query, schema="s", table="b", route=ap.route)
+    assert tr.kind == "rename_table" and ap._shard_conflict(ev, tr) == ""
+    ap.route = lambda s, t: ("main", "merged" if t in ("a", "c") else t)  # a and c merged: c's rows would move
+    tr = ap.dialect.translate_ddl(ev.query, schema="s", table="b", route=ap.route)
+    assert "also fill from s.c" in ap._shard_conflict(ev, tr)
