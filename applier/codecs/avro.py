@@ -67,7 +67,16 @@ Decoding decisions:
   decoder is ``gated = False``: the pipeline keeps per-key order (a key always lives in one partition) and
   applies in offset order per partition, dropping nothing by commit ts.
 * ``_tidb_corrupted = true`` (TiCDC found a checksum mismatch upstream) is a DecodeError: applying a row TiCDC
-  itself flags as corrupted would pass bad data on silently. Checksums are not re-verified (that needs TiDB).
+  itself flags as corrupted would pass bad data on silently.
+* ``_tidb_row_level_checksum`` (TiCDC's ``[integrity] integrity-check-level = "correctness"``; "" or "0" means
+  none) is the CRC32 of the record's own row (the new row; a before-value delete's old row). With
+  ``verify_checksum`` (default true) the decoder recomputes it from the fields as received, in schema order (TiCDC
+  sorts the fields by column id when checksums are on), ENUM/SET names mapped back to numbers through
+  ``connect.parameters.allowed`` and TIMESTAMP text converted from ``checksum_time_zone`` (default "UTC"; set it
+  to TiCDC's time zone, the Avro message does not carry it) to UTC (:mod:`applier.codecs.checksum`,
+  docs/checksum.md). A mismatch is a DecodeError naming the table and both checksums: the row changed after
+  TiCDC computed it. ``verify_checksum = false`` skips the recomputation; ``_ticdc_before`` and the key carry
+  no checksum.
 * ``enable_watermark=True`` mirrors TiCDC's test-only ``avro-enable-watermark`` (it needs the extension): DDL
   values are byte ``0x01`` + JSON ``{"query","type","schema","table","commitTs"}`` with a nil key -> ``DDL``;
   watermarks are byte ``0x02`` + 8-byte big-endian ts with a nil key -> ``Resolved``; pingcap/ticdc also sends
@@ -105,6 +114,7 @@ import fastavro
 import orjson
 
 from applier import mysql_values as T
+from applier.codecs import checksum as CK
 from applier.codecs.registry import RegistryClient, RegistryError, SchemaNotFound
 from applier.codecs.base import Malformed, guarded_decode
 from applier.events import (
@@ -150,6 +160,8 @@ _OPS = {OP_INSERT: Op.INSERT, OP_UPDATE: Op.UPDATE, OP_DELETE: Op.DELETE}
 
 DECIMAL_MODES = ("precise", "string")
 BIGINT_UNSIGNED_MODES = ("long", "string")
+# tidb_types whose checksum is taken over the text as sent (it carries the column's fractional digits)
+_TEXT_FOR_CHECKSUM = frozenset({"DATE", "DATETIME", "TIMESTAMP", "TIME"})
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -356,6 +368,7 @@ class _Field:
     conv: Callable[[Any], Any]
     tidb_type: str
     avro_type: str
+    elements: tuple[str, ...] = ()  # ENUM/SET members (connect.parameters.allowed), for the row checksum
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,10 +435,35 @@ def _column_fields(fields: Any, where: str, *, top: bool) -> tuple[tuple[_Field,
             )
         col = Column(name=name, type_name=spec.type_name, nullable=nullable, unsigned=spec.unsigned,
                      binary=spec.binary)
-        cols.append(_Field(name, col, _converter(tidb_type, avro_type, inner), tidb_type, avro_type))
+        elements = _allowed_members(params.get("allowed", "")) if tidb_type in ("ENUM", "SET") else ()
+        cols.append(_Field(name, col, _converter(tidb_type, avro_type, inner), tidb_type, avro_type, elements))
     if not cols:
         raise _Bad(f"{where} has no column fields")
     return tuple(cols), exts, before
+
+
+def _allowed_members(text: Any) -> tuple[str, ...]:
+    """ENUM/SET members from ``connect.parameters.allowed``: TiCDC joins them with "," after escaping a comma
+    inside a member as "\\," (pkg/sink/codec/common EscapeEnumAndSetOptions)."""
+    if not isinstance(text, str) or not text:
+        return ()
+    out: list[str] = []
+    cur: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and i + 1 < n and text[i + 1] == ",":
+            cur.append(",")
+            i += 2
+            continue
+        if ch == ",":
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    out.append("".join(cur))
+    return tuple(out)
 
 
 def _strip_decimals(node: Any) -> Any:
@@ -476,7 +514,9 @@ class AvroDecoder:
 
     ``registry_url`` (or ``$APPLIER_REGISTRY_URL``) + ``auth`` build a :class:`RegistryClient`;
     ``registry`` passes any object with ``schema_by_id(id)`` instead (an
-    :class:`applier.devtools.encoders.registry.InMemoryRegistry` in tests).
+    :class:`applier.devtools.encoders.registry.InMemoryRegistry` in tests). ``verify_checksum`` (default true)
+    recomputes ``_tidb_row_level_checksum`` and refuses a row that does not match; ``checksum_time_zone``
+    (default "UTC") is TiCDC's time zone, in which it writes TIMESTAMP values (needed to hash them as UTC).
     """
 
     name = PROTOCOL
@@ -492,11 +532,22 @@ class AvroDecoder:
         enable_watermark: bool = False,
         registry_timeout: float = 10.0,
         registry_retries: int = 3,
+        verify_checksum: bool = True,
+        checksum_time_zone: str = "UTC",
     ) -> None:
         if decimal_mode not in ("auto", *DECIMAL_MODES):
             raise ValueError(f"decimal_mode must be auto, precise or string, got {decimal_mode!r}")
         if bigint_unsigned_mode not in ("auto", *BIGINT_UNSIGNED_MODES):
             raise ValueError(f"bigint_unsigned_mode must be auto, long or string, got {bigint_unsigned_mode!r}")
+        if not isinstance(verify_checksum, bool):
+            raise ValueError(f"verify_checksum must be true or false, got {verify_checksum!r}")
+        try:
+            self._checksum_tz = CK.resolve_zone(checksum_time_zone)
+        except CK.ChecksumError as e:
+            raise ValueError(f"checksum_time_zone: {e}") from None
+        self.verify_checksum = verify_checksum
+        self.checksum_time_zone = checksum_time_zone
+        self._checksum_columns: dict[int, tuple[CK.ChecksumColumn, ...]] = {}
         self.decimal_mode = decimal_mode
         self.bigint_unsigned_mode = bigint_unsigned_mode
         self.enable_watermark = bool(enable_watermark)
@@ -702,6 +753,8 @@ class AvroDecoder:
                 f"TiCDC flagged this row of {vs.schema}.{vs.table} as corrupted (_tidb_corrupted=true, checksum "
                 f"{rec.get(EXT_CHECKSUM)!r}): upstream data failed its checksum; check TiDB and the changefeed"
             )
+        if self.verify_checksum and EXT_CHECKSUM in vs.extensions:
+            self._verify_checksum(vs, rec, after)
         commit_ts = 0
         if EXT_COMMIT_TS in vs.extensions:
             commit_ts = rec.get(EXT_COMMIT_TS)
@@ -729,6 +782,45 @@ class AvroDecoder:
         if op is Op.INSERT:
             before = None
         return RowChange(vs.schema, vs.table, commit_ts, op, before, after, columns, pos, size)
+
+    def _verify_checksum(self, vs: _Schema, rec: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+        """Recompute ``_tidb_row_level_checksum`` over the record's columns (see the module docstring)."""
+        raw = rec.get(EXT_CHECKSUM)
+        if raw is None or raw == "":
+            return
+        if type(raw) is not str or not raw.isascii() or not raw.isdigit() or int(raw) > CK.MASK32:
+            raise _Bad(f"{EXT_CHECKSUM} is {raw!r:.40}, not a CRC32 (a decimal number 0..{CK.MASK32})")
+        expected = int(raw)
+        if expected == 0:
+            return
+        cols = self._checksum_columns.get(vs.id)
+        if cols is None:
+            cols = tuple(CK.ChecksumColumn(f.name, f.column.type_name, f.elements) for f in vs.fields)
+            self._checksum_columns[vs.id] = cols
+        row = dict(values)
+        for f in vs.fields:
+            if f.tidb_type in _TEXT_FOR_CHECKSUM:  # TiDB's text: it keeps the column's fractional digits
+                row[f.name] = rec.get(f.name)
+        table = f"{vs.schema}.{vs.table}"
+        try:
+            got = CK.verify_row(cols, row, expected, time_zone=self._checksum_tz)
+        except CK.ChecksumError as e:
+            raise _Bad(f"cannot verify the row checksum of {table} (schema id {vs.id}): {e}; set "
+                       "verify_checksum = false in [source.codec] to apply such rows unverified") from None
+        if got is None:
+            return
+        tz_hint = ""
+        if any(f.tidb_type == "TIMESTAMP" and rec.get(f.name) is not None for f in vs.fields):
+            tz_hint = (f" The row has TIMESTAMP values, which TiCDC writes in its own time zone: check that "
+                       f"checksum_time_zone (now {self.checksum_time_zone!r}) is TiCDC's time zone.")
+        raise _Bad(
+            f"row checksum mismatch for {table} (schema id {vs.id}): TiCDC sent {expected}, the row as received "
+            f"gives {got} (checksum version {rec.get(EXT_CHECKSUM_VERSION)!r}). The row changed after TiCDC "
+            "computed its checksum, so it is not applied: compare it with the upstream row and find where it was "
+            f"altered (Kafka, a proxy, a re-encoding step).{tz_hint} Only if the table's columns were reordered by "
+            "DDL (ADD COLUMN ... FIRST/AFTER, MODIFY COLUMN) may this be a false alarm: then set verify_checksum "
+            "= false in [source.codec]"
+        )
 
     def _delete(self, pos: SourcePosition, key: bytes, commit_ts: int, size: int) -> RowChange:
         ks, kvals = self._key(pos, key)

@@ -80,6 +80,16 @@ Rejected with DecodeError (like TiCDC's consumer needs extra services for them):
 and accepted), rows whose ``checksum.corrupted`` is true, compressed values (``large-message-handle-
 compression``), protocol ``version`` other than 1.
 
+Row checksums (``[integrity] integrity-check-level = "correctness"``): a DML message's ``checksum`` object carries
+``current`` (CRC32 of the new row, ``data``) and ``previous`` (of the old row, ``old``); 0 means "none" (INSERT has
+no ``previous``, DELETE no ``current``). With ``verify_checksum`` (default true) the decoder recomputes both from
+the row as received (:mod:`applier.codecs.checksum`, algorithm in docs/checksum.md) and a mismatch is a
+DecodeError naming the table and both checksums: the row changed after TiCDC computed it, so applying it would
+write damaged data. The UPDATE's old row is ``old`` completed from ``data`` (as for ``before``), TIMESTAMP values
+are converted from their ``location`` to UTC as TiDB does, and a handle-key-only DELETE (only the key columns
+arrive) is not verified. Messages without a ``checksum`` decode as before; ``verify_checksum = false`` in
+``[source.codec]`` skips the recomputation (the ``corrupted`` flag is still honoured).
+
 Errors: anything malformed (bad JSON/Avro, unknown message/DDL/DML type, a DML column not in the cached schema,
 a value that does not convert, ...) raises :class:`applier.events.DecodeError` (protocol "simple") naming the
 message's topic/partition/offset; nothing else escapes decode(). When a *held* message turns out to be bad at
@@ -101,6 +111,7 @@ from typing import Any, Callable, NamedTuple
 import orjson
 
 from applier import mysql_values as T
+from applier.codecs import checksum as CK
 from applier.codecs.base import Malformed
 from applier.events import (
     DDL,
@@ -239,7 +250,7 @@ def _parsed_schemas() -> tuple[Any, Any]:
 class _Entry:
     """One table at one schema version: the Columns and a value converter per column."""
 
-    __slots__ = ("schema", "table", "version", "table_id", "columns", "convs", "by_name")
+    __slots__ = ("schema", "table", "version", "table_id", "columns", "convs", "by_name", "_checksum_columns")
 
     def __init__(self, schema: str, table: str, version: int, table_id: int, columns: tuple[Column, ...],
                  convs: dict[str, Callable[[Any], Any]]) -> None:
@@ -250,6 +261,15 @@ class _Entry:
         self.columns = columns
         self.convs = convs
         self.by_name = {c.name: c for c in columns}
+        self._checksum_columns: tuple[CK.ChecksumColumn, ...] | None = None
+
+    @property
+    def checksum_columns(self) -> tuple[CK.ChecksumColumn, ...]:
+        """Every column of the schema, in schema order, as the row checksum sees it (built on first use)."""
+        cc = self._checksum_columns
+        if cc is None:
+            cc = self._checksum_columns = tuple(CK.ChecksumColumn(c.name, c.type_name) for c in self.columns)
+        return cc
 
     def columns_present(self, a: dict | None, b: dict | None) -> tuple[Column, ...]:
         n = len(self.columns)
@@ -467,6 +487,98 @@ def _wire_type(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Row checksums (see the module docstring and applier.codecs.checksum)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Checksum(NamedTuple):
+    """A DML message's checksum object; 0 means "no checksum for that image"."""
+
+    version: int
+    current: int
+    previous: int
+
+
+_TEMPORAL_TEXT = frozenset({"date", "datetime", "time"})
+
+
+def _checksum_fields(raw: Any, avro: bool, verify: bool) -> _Checksum | None:
+    """The checksum object of a DML message -> what to verify (None: nothing). ``corrupted`` is refused
+    whether or not checksums are verified (TiCDC itself found the row damaged)."""
+    if raw is None:
+        return None
+    if type(raw) is not dict:
+        raise _Bad("'checksum' must be an object")
+    if raw.get("corrupted") is True:
+        raise _Bad("TiCDC flagged this row as corrupted (checksum.corrupted=true)")
+    if not verify:
+        return None
+    version = raw.get("version", 0)
+    if type(version) is not int:
+        raise _Bad(f"'checksum' 'version' must be an integer (got {version!r:.40})")
+    current, previous = (_checksum_value(raw.get(k, 0), k) for k in ("current", "previous"))
+    if not current and not previous:
+        return None
+    return _Checksum(version, current, previous)
+
+
+def _checksum_value(v: Any, key: str) -> int:
+    """A CRC32 from the message: JSON carries the uint32, Avro the same number in a long."""
+    if type(v) is not int or not 0 <= v <= CK.MASK32:
+        raise _Bad(f"'checksum' '{key}' must be a CRC32 (an integer 0..{CK.MASK32}), got {v!r:.40}")
+    return v
+
+
+def _timestamp_text_utc(v: Any) -> str:
+    """A TIMESTAMP as sent ({"location", "value"}, the Avro Timestamp record, or a bare string in the pre-release
+    layout, taken as UTC) -> its UTC text, which is what TiDB hashes."""
+    t = type(v)
+    if t is dict:
+        return CK.timestamp_in_utc(v["value"], CK.resolve_zone(v["location"]))
+    if t is tuple and v[0] == AVRO_TIMESTAMP:
+        return CK.timestamp_in_utc(v[1]["value"], CK.resolve_zone(v[1]["location"]))
+    return v
+
+
+def _checksum_row(entry: _Entry, raw: dict, decoded: dict) -> dict:
+    """The row the checksum is computed over: the decoded values, except temporal columns, which keep TiDB's
+    own text from the message (it carries the column's fractional digits, which the Python values lose)."""
+    row = dict(decoded)
+    for c in entry.columns:
+        t = c.type_name
+        if t in _TEMPORAL_TEXT:
+            v = raw.get(c.name)
+            if type(v) is str:
+                row[c.name] = v
+        elif t == "timestamp":
+            v = raw.get(c.name)
+            if v is not None:
+                row[c.name] = _timestamp_text_utc(v)
+    return row
+
+
+def _verify(entry: _Entry, cs: _Checksum, expected: int, image: str, raw: dict, decoded: dict) -> None:
+    """Recompute one image's checksum; a mismatch (or a value that cannot be hashed) is a DecodeError."""
+    table = f"`{entry.schema}`.`{entry.table}`"
+    try:
+        got = CK.verify_row(entry.checksum_columns, _checksum_row(entry, raw, decoded), expected)
+    except (CK.ChecksumError, KeyError, TypeError) as e:
+        raise _Bad(
+            f"cannot verify the row checksum of {table} ({image}): {e}; set verify_checksum = false in "
+            "[source.codec] to apply such rows unverified"
+        ) from None
+    if got is not None:
+        raise _Bad(
+            f"row checksum mismatch for {table} ({image}): TiCDC sent {expected}, the row as received gives {got} "
+            f"(checksum version {cs.version}). The row changed after TiCDC computed its checksum, so it is not "
+            "applied: compare it with the upstream row and find where it was altered (Kafka, a proxy, a "
+            "re-encoding step). Only if the table's columns were reordered by DDL (ADD COLUMN ... FIRST/AFTER, "
+            "MODIFY COLUMN) and TiCDC hashes them in column-id order may this be a false alarm: then set "
+            "verify_checksum = false in [source.codec]"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Decoder
 # ---------------------------------------------------------------------------------------------------------
 
@@ -488,19 +600,29 @@ class _Msg(NamedTuple):
 
 
 class SimpleDecoder:
-    """Decoder for TiCDC's Simple protocol. Gated: the protocol carries watermarks."""
+    """Decoder for TiCDC's Simple protocol. Gated: the protocol carries watermarks.
+
+    Options (``[source.codec]``): ``encoding_format`` ("json" or "avro", the changefeed's
+    ``encoding-format``), ``max_held_messages_per_table`` (see the module docstring) and ``verify_checksum``
+    (default true: recompute the row checksums TiCDC sends with ``integrity-check-level = "correctness"`` and
+    refuse a row whose checksum does not match; false skips the recomputation).
+    """
 
     name = PROTOCOL
     gated = True
 
-    def __init__(self, *, encoding_format: str = "json", max_held_messages_per_table: int = _DEFAULT_MAX_HELD) -> None:
+    def __init__(self, *, encoding_format: str = "json", max_held_messages_per_table: int = _DEFAULT_MAX_HELD,
+                 verify_checksum: bool = True) -> None:
         if encoding_format not in ("json", "avro"):
             raise ValueError(f"encoding_format must be 'json' or 'avro', got {encoding_format!r}")
         if isinstance(max_held_messages_per_table, bool) or not isinstance(max_held_messages_per_table, int) \
                 or max_held_messages_per_table < 1:
             raise ValueError("max_held_messages_per_table must be a positive integer")
+        if not isinstance(verify_checksum, bool):
+            raise ValueError(f"verify_checksum must be true or false, got {verify_checksum!r}")
         self.encoding_format = encoding_format
         self.max_held_messages_per_table = max_held_messages_per_table
+        self.verify_checksum = verify_checksum
         if encoding_format == "avro":
             self._schemas_avro = _parsed_schemas()
         self._cache: dict[tuple[str, str, int], _Entry] = {}
@@ -756,12 +878,9 @@ class SimpleDecoder:
             raise _Bad("handle-key-only message (handleKeyOnly=true): the row was larger than max-message-bytes "
                        "and only its key columns were sent; the full row must be read from upstream TiDB, "
                        "which this applier does not do (raise max-message-bytes)")
-        cs = body.get("checksum")
-        if cs is not None:
-            if type(cs) is not dict:
-                raise _Bad("'checksum' must be an object")
-            if cs.get("corrupted") is True:
-                raise _Bad("TiCDC flagged this row as corrupted (checksum.corrupted=true)")
+        cs = _checksum_fields(body.get("checksum"), m.avro, self.verify_checksum)
+        if hko:
+            cs = None  # only the key columns arrive: the checksum covers the whole row and cannot be verified
         data = body.get("data")
         old = body.get("old")
         if data is not None and type(data) is not dict:
@@ -774,13 +893,13 @@ class SimpleDecoder:
             raise _Bad("DELETE message has no 'old'")
         if op is Op.UPDATE and not data:
             raise _Bad("UPDATE message has no 'data'")
-        return schema, table, version, op, data, old
+        return schema, table, version, op, data, old, cs
 
     def _dml_or_hold(self, m: _Msg, msg: KafkaMessage, out: list) -> None:
-        schema, table, version, op, data, old = self._dml_fields(m)
+        schema, table, version, op, data, old, cs = self._dml_fields(m)
         entry = self._cache.get((schema, table, version))
         if entry is not None:
-            out.append(self._row(entry, m.commit_ts, op, data, old, msg))
+            out.append(self._row(entry, m.commit_ts, op, data, old, msg, cs))
             return
         key = (schema, table)
         lst = self._held.get(key)
@@ -814,8 +933,8 @@ class SimpleDecoder:
                 continue
             try:
                 m = self._parse(h.msg)
-                _, _, _, op, data, old = self._dml_fields(m)
-                ev = self._row(entry, m.commit_ts, op, data, old, h.msg)
+                _, _, _, op, data, old, cs = self._dml_fields(m)
+                ev = self._row(entry, m.commit_ts, op, data, old, h.msg, cs)
             except _Bad as e:
                 # drop the bad one (it is reported); the rest waits for the next decode() call
                 keep.extend(lst[i + 1:])
@@ -834,22 +953,31 @@ class SimpleDecoder:
         self._hold_summary = None
 
     def _row(self, entry: _Entry, commit_ts: int, op: Op, data: dict | None, old: dict | None,
-             msg: KafkaMessage) -> RowChange:
+             msg: KafkaMessage, cs: _Checksum | None = None) -> RowChange:
         convs = entry.convs
         pos = msg.position
         size = len(msg.value or b"")
         if op is Op.INSERT:
             after = self._convert(data, convs, "data", entry)
+            if cs is not None and cs.current:
+                _verify(entry, cs, cs.current, "the new row ('data')", data, after)
             return RowChange(schema=entry.schema, table=entry.table, commit_ts=commit_ts, op=op, before=None,
                              after=after, columns=entry.columns_present(data, None), position=pos, size=size)
         if op is Op.DELETE:
             before = self._convert(old, convs, "old", entry)
+            if cs is not None and cs.previous:
+                _verify(entry, cs, cs.previous, "the old row ('old')", old, before)
             return RowChange(schema=entry.schema, table=entry.table, commit_ts=commit_ts, op=op, before=before,
                              after=None, columns=entry.columns_present(old, None), position=pos, size=size)
         after = self._convert(data, convs, "data", entry)
         before = dict(after)
         if old:  # TiCDC fills columns missing from 'old' (or an omitted empty 'old') from 'data'
             before.update(self._convert(old, convs, "old", entry))
+        if cs is not None:
+            if cs.current:
+                _verify(entry, cs, cs.current, "the new row ('data')", data, after)
+            if cs.previous:
+                _verify(entry, cs, cs.previous, "the old row ('old')", {**data, **old} if old else data, before)
         return RowChange(schema=entry.schema, table=entry.table, commit_ts=commit_ts, op=op, before=before,
                          after=after, columns=entry.columns_present(data, old), position=pos, size=size)
 

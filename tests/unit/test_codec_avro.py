@@ -524,7 +524,10 @@ def checksum_record(schema: dict, corrupted: bool) -> dict:
 def test_checksum_schema_decodes_and_corrupted_rows_stop(vectors, reg):
     schema = json.loads((vectors / "avro" / "expectedSchemaWithExtensionEnableChecksum.avsc").read_text())
     sid = reg.register("testdb_avroencode-value", json.dumps(schema))
-    dec = A.AvroDecoder(registry=reg, decimal_mode="string", bigint_unsigned_mode="string")
+    # the record's values are made up, so its checksum "123" is wrong: verified (the default) that is an error
+    with pytest.raises(DecodeError, match="row checksum"):
+        A.AvroDecoder(registry=reg).decode(msg(None, frame(sid, avro_bytes(schema, checksum_record(schema, False)))))
+    dec = A.AvroDecoder(registry=reg, decimal_mode="string", bigint_unsigned_mode="string", verify_checksum=False)
     [ev] = dec.decode(msg(None, frame(sid, avro_bytes(schema, checksum_record(schema, False)))))
     assert ev.op is Op.UPDATE and ev.commit_ts == TS
     assert ev.after["decimal"] == Decimal(1) and ev.after["longlongunsigned"] == 1 and ev.after["bit"] == 1

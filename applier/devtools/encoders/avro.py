@@ -5,12 +5,20 @@ Produces what TiCDC's avro encoder writes for a row change: TiCDC-shaped key/val
 split into delete + insert), plus the test-only ``avro-enable-watermark`` DDL and watermark messages, for the
 unit tests, the changefeed generators and the benchmark. The applier itself only decodes
 (:mod:`applier.codecs.avro`), whose constants and name sanitizing this module shares.
+
+With ``enable_row_checksum=True`` the value schema gets TiCDC's ``_tidb_row_level_checksum`` /
+``_tidb_corrupted`` / ``_tidb_checksum_version`` fields and every row its CRC32, computed here by
+:func:`datum_checksum` from the Avro datums the encoder writes (the way TiCDC's own consumer does it, tiflow
+examples/golang/avro-checksum-verification), separately from the decoder's :mod:`applier.codecs.checksum`.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import io
+import math
 import struct
+import zlib
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from typing import Any, Iterable, Mapping
@@ -29,7 +37,10 @@ from applier.codecs.avro import (
     DECIMAL_MODES,
     DELETE_BYTE,
     EXT_BEFORE,
+    EXT_CHECKSUM,
+    EXT_CHECKSUM_VERSION,
     EXT_COMMIT_TS,
+    EXT_CORRUPTED,
     EXT_OP,
     EXT_PHYSICAL_TIME,
     MAGIC_BYTE,
@@ -42,7 +53,7 @@ from applier.codecs.avro import (
 from applier.devtools.encoders import values as V
 from applier.events import DDL, Column, Op, RowChange
 
-__all__ = ["AvroEncodeError", "AvroEncoder", "ColumnSpec", "sanitize_topic"]
+__all__ = ["AvroEncodeError", "AvroEncoder", "ColumnSpec", "datum_checksum", "sanitize_topic"]
 
 KEY_SUFFIX = "-key"
 VALUE_SUFFIX = "-value"
@@ -84,13 +95,67 @@ _STRING_TIDB = {"json": "JSON", "date": "DATE", "datetime": "DATETIME", "timesta
                 "vector": "TiDBVECTORFloat32"}
 
 
+# ---------------------------------------------------------------------------------------------------------
+# TiDB's row checksum from the Avro datums (independent of applier.codecs.checksum)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _utc_timestamp(text: str, time_zone: str) -> str:
+    """TIMESTAMP text written in ``time_zone`` -> the UTC text TiDB hashes (the fraction is kept as written)."""
+    if time_zone.upper() == "UTC" or text.startswith("0000-") or text[5:7] == "00" or text[8:10] == "00":
+        return text
+    from zoneinfo import ZoneInfo
+
+    whole, dot, frac = text.partition(".")
+    local = _dt.datetime.fromisoformat(whole).replace(tzinfo=ZoneInfo(time_zone))
+    return local.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") + dot + frac
+
+
+def _checksum_datum_bytes(tidb: str, datum: Any, allowed: tuple[str, ...], time_zone: str) -> bytes:
+    """The bytes one Avro datum adds to TiDB's checksum (TiDB appendDatumForChecksum, per tidb_type)."""
+    if datum is None:
+        return b""
+    if tidb in ("INT", "INT UNSIGNED", "BIGINT", "YEAR"):
+        return struct.pack("<Q", datum % _TWO64)
+    if tidb == "BIGINT UNSIGNED":
+        return struct.pack("<Q", int(datum) % _TWO64)  # a string in string mode, the uint64 bits otherwise
+    if tidb in ("FLOAT", "DOUBLE"):
+        f = struct.unpack("<f", struct.pack("<f", datum))[0] if tidb == "FLOAT" else datum
+        return struct.pack("<d", f if math.isfinite(f) else 0.0)
+    if tidb == "BIT":
+        return struct.pack("<Q", int.from_bytes(datum, "big"))
+    if tidb == "ENUM":
+        return struct.pack("<Q", allowed.index(datum) + 1 if datum else 0)
+    if tidb == "SET":
+        return struct.pack("<Q", sum(1 << allowed.index(m) for m in datum.split(",")) if datum else 0)
+    if tidb == "TiDBVECTORFloat32":
+        items = orjson.loads(datum)
+        return struct.pack(f"<I{len(items)}f", len(items), *items)
+    if tidb == "DECIMAL":
+        datum = datum if isinstance(datum, str) else format(datum, "f")
+    elif tidb == "TIMESTAMP":
+        datum = _utc_timestamp(datum, time_zone)
+    data = datum if isinstance(datum, bytes) else datum.encode("utf-8")
+    return struct.pack("<I", len(data)) + data
+
+
+def datum_checksum(fields: Iterable[tuple[str, Any, tuple[str, ...]]], time_zone: str = "UTC") -> int:
+    """CRC32 (IEEE) of a row given as ``(tidb_type, datum, allowed members)`` per column, in field order."""
+    crc = 0
+    for tidb, datum, allowed in fields:
+        crc = zlib.crc32(_checksum_datum_bytes(tidb, datum, allowed, time_zone), crc)
+    return crc
+
+
 class AvroEncoder:
     """Builds TiCDC-shaped key/value schemas from RowChange column metadata, registers them (subjects
     ``<topic>-key``/``<topic>-value``) and encodes Confluent-framed messages.
 
     ``enable_tidb_extension`` defaults to True here (TiCDC's own default is false) because the applier's
     docs ask for it; the other options mirror TiCDC's sink-URI options. ``column_specs`` maps
-    ``"schema.table"`` -> ``{column: ColumnSpec}``.
+    ``"schema.table"`` -> ``{column: ColumnSpec}``. ``enable_row_checksum`` mirrors ``[integrity]
+    integrity-check-level = "correctness"`` (it needs the extension, as in TiCDC); the row's ``columns`` order is
+    taken as column-id order. ``time_zone`` is TiCDC's time zone, in which TIMESTAMP values are written.
     """
 
     def __init__(
@@ -104,6 +169,8 @@ class AvroEncoder:
         enable_watermark: bool = False,
         include_before_value: bool = False,
         column_specs: Mapping[str, Mapping[str, ColumnSpec]] | None = None,
+        enable_row_checksum: bool = False,
+        time_zone: str = "UTC",
     ) -> None:
         if decimal_mode not in DECIMAL_MODES:
             raise ValueError(f"decimal_mode must be precise or string, got {decimal_mode!r}")
@@ -111,6 +178,10 @@ class AvroEncoder:
             raise ValueError(f"bigint_unsigned_mode must be long or string, got {bigint_unsigned_mode!r}")
         if enable_watermark and not enable_tidb_extension:
             raise ValueError("enable_watermark needs enable_tidb_extension (as in TiCDC)")
+        if enable_row_checksum and not enable_tidb_extension:
+            raise ValueError("enable_row_checksum needs enable_tidb_extension (as in TiCDC)")
+        self.enable_row_checksum = enable_row_checksum
+        self.time_zone = time_zone
         self.registry = registry
         self.namespace = namespace
         self.enable_tidb_extension = enable_tidb_extension
@@ -209,6 +280,12 @@ class AvroEncoder:
                 {"name": EXT_COMMIT_TS, "type": "long", "default": 0},
                 {"name": EXT_PHYSICAL_TIME, "type": "long", "default": 0},
             ]
+            if self.enable_row_checksum:
+                top["fields"] += [
+                    {"name": EXT_CHECKSUM, "type": "string", "default": ""},
+                    {"name": EXT_CORRUPTED, "type": "boolean", "default": False},
+                    {"name": EXT_CHECKSUM_VERSION, "type": "int", "default": 0},
+                ]
         elif self.include_before_value:
             top["fields"].append({"name": EXT_OP, "type": "string", "default": ""})
         return top
@@ -335,9 +412,25 @@ class AvroEncoder:
             raise AvroEncodeError(f"cannot write the Avro record: {e}") from None
         return buf.getvalue()
 
-    def encode(self, row: RowChange, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    def row_checksum(self, row: RowChange, image: Mapping[str, Any]) -> int:
+        """The checksum of one row image over its Avro datums, in the value schema's field order."""
+        fields = []
+        for c in row.columns:
+            t = self.column_type(c, self._spec(row, c))
+            allowed = self._spec(row, c).allowed or ()
+            fields.append((t["connect.parameters"][TIDB_TYPE], self._datum(row, c, image.get(c.name)), allowed))
+        try:
+            return datum_checksum(fields, self.time_zone)
+        except ValueError as e:  # an ENUM/SET name not in ``allowed`` (tuple.index)
+            raise AvroEncodeError(f"row checksum of {row.schema}.{row.table}: {e}; ENUM/SET columns need "
+                                  "ColumnSpec(allowed=...) for their checksum") from None
+
+    def encode(self, row: RowChange, topic: str, *, checksum: int | str | None = None,
+               corrupted: bool = False) -> list[tuple[bytes | None, bytes | None]]:
         """The Kafka (key, value) messages TiCDC would send for ``row``: one, or two (delete of the old key,
-        then insert) for an update that changes the key, as TiCDC splits those for non-MySQL sinks."""
+        then insert) for an update that changes the key, as TiCDC splits those for non-MySQL sinks. With
+        ``enable_row_checksum`` the value carries the row's checksum, or ``checksum`` (written as given) and
+        ``corrupted`` when the test crafts them."""
         key_cols = [c for c in row.columns if c.key]
         if row.op is Op.UPDATE and row.before and key_cols and row.after is not None:
             if any(c.name in row.before and row.before[c.name] != row.after.get(c.name) for c in key_cols):
@@ -345,7 +438,8 @@ class AvroEncoder:
                                 row.position)
                 new = RowChange(row.schema, row.table, row.commit_ts, Op.INSERT, None, row.after, row.columns,
                                 row.position)
-                return self.encode(old, topic) + self.encode(new, topic)
+                return self.encode(old, topic, checksum=checksum, corrupted=corrupted) + self.encode(
+                    new, topic, checksum=checksum, corrupted=corrupted)
         subject_base = sanitize_topic(topic)
         image = row.before if row.op is Op.DELETE else row.after
         if image is None:
@@ -379,6 +473,11 @@ class AvroEncoder:
             record[EXT_OP] = op
             record[EXT_COMMIT_TS] = row.commit_ts
             record[EXT_PHYSICAL_TIME] = row.commit_ts >> 18
+            if self.enable_row_checksum:
+                crc = self.row_checksum(row, image) if checksum is None else checksum
+                record[EXT_CHECKSUM] = str(crc)
+                record[EXT_CORRUPTED] = corrupted
+                record[EXT_CHECKSUM_VERSION] = 1
         elif self.include_before_value:
             record[EXT_OP] = op
         return [(key, self._frame(vid, vparsed, record))]

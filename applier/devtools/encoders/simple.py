@@ -4,6 +4,11 @@ Produces the Kafka (key, value) records TiCDC's simple encoder writes (tiflow/ti
 pkg/sink/codec/simple/message.go: encodeValue, encodeValue4Avro, getDDLType), BOOTSTRAP messages included,
 for the unit tests, the changefeed generators and the benchmark. The applier itself only decodes
 (:mod:`applier.codecs.simple`), whose constants and Avro schema this module shares.
+
+Row checksums (``encode_simple(..., checksum=True)``) are computed here by :func:`tidb_row_checksum`, written
+separately from the decoder's :mod:`applier.codecs.checksum` and from the Python values (not from decoded wire
+values), so the tests compare two implementations of TiDB's algorithm (TiDB pkg/util/rowcodec/common.go
+``RowData.Checksum`` / ``appendDatumForChecksum``; docs/checksum.md).
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import io
+import math
+import struct
 import time
-from typing import Any
+import zlib
+from typing import Any, Iterable, Mapping
 
 import orjson
 
@@ -38,7 +46,7 @@ from applier.codecs.simple import (
 from applier.devtools.encoders import values as V
 from applier.events import DDL, Column, Op, Resolved, RowChange, TableSchema
 
-__all__ = ["encode_simple", "encode_bootstrap", "simple_ddl_type"]
+__all__ = ["encode_simple", "encode_bootstrap", "simple_ddl_type", "tidb_row_checksum", "tidb_checksum_bytes"]
 
 
 _dumps = V.go_json_dumps
@@ -150,6 +158,75 @@ def _avro_value(col: Column, v: Any, time_zone: str) -> Any:
     return ("string", _json_value(col, v, time_zone))
 
 
+# ---------------------------------------------------------------------------------------------------------
+# TiDB's row checksum, from Python values (an implementation independent of applier.codecs.checksum)
+# ---------------------------------------------------------------------------------------------------------
+
+_TEXT_HASHED = frozenset({"decimal", "date", "datetime", "timestamp", "time", "json"})
+
+
+def _utc_text(v: Any, time_zone: str) -> str:
+    """A TIMESTAMP (wall clock in ``time_zone``) -> the UTC text TiDB hashes (same fraction as the wire)."""
+    if isinstance(v, str) or time_zone.upper() == "UTC":
+        return V.format_datetime(v)
+    from zoneinfo import ZoneInfo
+
+    u = v.replace(tzinfo=ZoneInfo(time_zone)).astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    return V.format_datetime(u)
+
+
+def tidb_checksum_bytes(col: Column, v: Any, time_zone: str = "UTC") -> bytes:
+    """What one column value adds to TiDB's row checksum: uint64/float64 little-endian for numbers, 4-byte
+    little-endian length + text or bytes for the rest, nothing for NULL (TiDB appendDatumForChecksum)."""
+    if v is None:
+        return b""
+    base = _base(col)
+    if base in _INT_RANGES:  # integers, year, bit, enum ordinal, set bitmask
+        n = V.bits_to_int(bytes(v)) if isinstance(v, (bytes, bytearray)) else v
+        return struct.pack("<Q", n % _U64)
+    if base in ("float", "double"):
+        f = T.float32(v) if base == "float" else float(v)
+        return struct.pack("<d", f if math.isfinite(f) else 0.0)
+    if base == "vector":
+        items = orjson.loads(v) if isinstance(v, str) else list(v)
+        return struct.pack("<I", len(items)) + b"".join(struct.pack("<f", x) for x in items)
+    if base in ("null", "geometry"):
+        return b""
+    if base in _TEXT_HASHED:
+        if base == "timestamp":
+            text = _utc_text(v, time_zone)
+        elif base == "json" and not isinstance(v, str):
+            text = orjson.dumps(v).decode()
+        else:
+            text = _json_value(col, v, time_zone)
+        data = text.encode()
+    else:
+        data = bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else str(v).encode("utf-8")
+    return struct.pack("<I", len(data)) + data
+
+
+def tidb_row_checksum(columns: Iterable[Column], row: Mapping[str, Any], time_zone: str = "UTC") -> int:
+    """CRC32 (IEEE) over the columns in the given order (column-id order); absent columns count as NULL."""
+    crc = 0
+    for c in columns:
+        crc = zlib.crc32(tidb_checksum_bytes(c, row.get(c.name), time_zone), crc)
+    return crc
+
+
+def _checksum_object(checksum: bool | Mapping[str, Any], columns: Iterable[Column], data: dict | None,
+                     old: dict | None, time_zone: str) -> dict[str, Any]:
+    """The DML ``checksum`` object: computed (``True``; the old row is ``old`` completed from ``data``, as TiDB
+    has it), or the given fields (a Mapping, for crafted messages) with TiCDC's defaults for the rest."""
+    if isinstance(checksum, Mapping):
+        out = {"version": 1, "corrupted": False, "current": 0, "previous": 0}
+        out.update(checksum)
+        return out
+    cols = list(columns)
+    current = tidb_row_checksum(cols, data, time_zone) if data is not None else 0
+    previous = tidb_row_checksum(cols, {**(data or {}), **old}, time_zone) if old is not None else 0
+    return {"version": 1, "corrupted": False, "current": current, "previous": previous}
+
+
 def _table_schema_json(ts: TableSchema, table_id: int) -> dict:
     columns = []
     for c in ts.columns:
@@ -240,6 +317,7 @@ def encode_simple(
     table_id: int = 0,
     build_ts_ms: int | None = None,
     time_zone: str = "UTC",
+    checksum: bool | Mapping[str, Any] = False,
 ) -> tuple[bytes | None, bytes]:
     """One RowChange / DDL / Resolved / TableSchema -> (key, value) as TiCDC's simple encoder writes it.
 
@@ -250,6 +328,9 @@ def encode_simple(
     be a Simple type name or a TiDB action code. ``build_ts_ms`` pins ``buildTs`` (wall clock otherwise),
     ``time_zone`` is the TIMESTAMP ``location`` (the changefeed's time-zone), ``table_id`` the physical table
     id. Field order, omitted empty fields, sorted row keys and Go's HTML escaping follow encoding/json.
+    ``checksum=True`` attaches the row checksums TiCDC sends with ``integrity-check-level = "correctness"``
+    (computed by :func:`tidb_row_checksum` over the columns in schema order); a Mapping attaches exactly those
+    ``checksum`` fields (``version``, ``corrupted``, ``current``, ``previous``).
     """
     if encoding_format not in ("json", "avro"):
         raise ValueError(f"encoding_format must be 'json' or 'avro', got {encoding_format!r}")
@@ -312,11 +393,14 @@ def encode_simple(
             out[name] = conv(col, row[name], time_zone)
         return out
 
+    data_img = None if data is None else image(data)
+    old_img = None if old is None else image(old)
+    cs = None if checksum is False else _checksum_object(checksum, cols.values(), data, old, time_zone)
     if avro:
         body = {"version": PROTOCOL_VERSION, "database": e.schema, "table": e.table, "tableID": table_id,
                 "type": dtype, "commitTs": _i64(e.commit_ts), "buildTs": build, "schemaVersion": _i64(version),
-                "claimCheckLocation": None, "handleKeyOnly": None, "checksum": None,
-                "data": None if data is None else image(data), "old": None if old is None else image(old)}
+                "claimCheckLocation": None, "handleKeyOnly": None, "checksum": cs, "data": data_img,
+                "old": old_img}
         return None, _avro_bytes(AVRO_DML, MSG_DML, body)
     msg = {"version": PROTOCOL_VERSION}
     if e.schema:
@@ -330,8 +414,10 @@ def encode_simple(
     msg["buildTs"] = build
     if version:
         msg["schemaVersion"] = version
-    if data is not None:
-        msg["data"] = image(data)
-    if old is not None:
-        msg["old"] = image(old)
+    if cs is not None:
+        msg["checksum"] = cs
+    if data_img is not None:
+        msg["data"] = data_img
+    if old_img is not None:
+        msg["old"] = old_img
     return None, _dumps(msg)
