@@ -22,7 +22,10 @@ matches none of them, the whole statement is translated.
 
 The result's ``targets`` lists the downstream ``(schema, table)`` pairs the DDL touches (after routing), so
 the caller can forget cached table shapes; schema-level DDL reports ``(schema, "")``. ``statements == []``
-means there is nothing to run downstream (an ignored table, or a TiDB-only statement).
+means there is nothing to run downstream (an ignored table, or a TiDB-only statement). For an ALTER TABLE,
+``alters`` names the kinds of clause it holds (``ALTER_CLAUSES``, from the upstream statement, the same for every
+dialect) and ``added_columns`` the columns it adds, so that a caller merging several upstream tables into one
+target table can hold back one shard's ALTER that would reshape the shared table.
 
 :class:`UnsupportedDDL` is raised for DDL that cannot be translated faithfully; its message names the
 query and what to do. Nothing from the message is ever spliced into SQL unquoted: identifiers are always
@@ -37,13 +40,15 @@ error and context types, and ``lexer.py`` the tokens.
 
 from __future__ import annotations
 
-from applier.ddl.base import KINDS, Context, Route, TranslatedDDL, UnsupportedDDL
+from dataclasses import replace
+
+from applier.ddl.base import ALTER_CLAUSES, KINDS, Context, Route, TranslatedDDL, UnsupportedDDL
 from applier.ddl.lexer import LexError, Statement
 from applier.ddl.mysql import translate_mysql
 from applier.ddl.postgres import translate_postgres
 from applier.ddl.tidb import neutralise_tidb, restores_data_statement, tidb_only_statement
 
-__all__ = ["TranslatedDDL", "UnsupportedDDL", "translate", "neutralise_tidb", "KINDS"]
+__all__ = ["TranslatedDDL", "UnsupportedDDL", "translate", "neutralise_tidb", "KINDS", "ALTER_CLAUSES"]
 
 
 def translate(dialect: str, query: str, *, schema: str, table: str, route: Route) -> TranslatedDDL:
@@ -63,9 +68,10 @@ def translate(dialect: str, query: str, *, schema: str, table: str, route: Route
     except LexError as exc:
         ctx.fail(f"cannot parse the statement ({exc})")
     assert result.kind in KINDS, result.kind
+    assert result.alters <= ALTER_CLAUSES, result.alters
     if not result.statements and result.targets:
-        return TranslatedDDL([], result.kind, [])  # nothing runs, nothing is touched
-    return TranslatedDDL(result.statements, result.kind, result.targets, list(dict.fromkeys(ctx.touched)))
+        return replace(result, targets=[], sources=[])  # nothing runs, nothing is touched
+    return replace(result, sources=list(dict.fromkeys(ctx.touched)))
 
 
 def _prepare(ctx: Context) -> Statement | None:

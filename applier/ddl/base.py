@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from applier.ddl.lexer import Cursor
 
 __all__ = [
+    "ALTER_CLAUSES",
     "KINDS",
     "Context",
     "Route",
@@ -33,6 +34,32 @@ KINDS = frozenset({
     "drop_schema", "create_index", "drop_index", "create_view", "drop_view", "other",
 })
 
+# What ``TranslatedDDL.alters`` may hold: one name per kind of clause an ALTER TABLE contains, so that a caller
+# merging several upstream tables into one target table can tell a harmless ALTER from one that reshapes or
+# destroys the shared table without reading SQL. Where a clause could be several kinds (DROP CONSTRAINT, a
+# column definition that cannot be read), every kind it could be is reported: a caller that refuses a kind must
+# see it whenever it may be there.
+ALTER_CLAUSES = frozenset({
+    "add_column",  # ADD [COLUMN] c ... / ADD [COLUMN] (c ..., d ...): names in TranslatedDDL.added_columns
+    "drop_column",  # DROP [COLUMN] c
+    "modify_column",  # MODIFY c ..., CHANGE a b ... (restates the whole definition), CONVERT TO CHARACTER SET
+    "rename_column",  # RENAME COLUMN a TO b, CHANGE a b ... with b != a (case-sensitive, as the writers quote)
+    "alter_column_default",  # ALTER [COLUMN] c SET DEFAULT v / DROP DEFAULT
+    "add_index",  # ADD INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL, ADD CONSTRAINT UNIQUE, a column's inline UNIQUE
+    "drop_index",  # DROP INDEX|KEY i (DROP INDEX `PRIMARY` is drop_primary_key)
+    "add_primary_key",  # ADD [CONSTRAINT] PRIMARY KEY, a column's inline PRIMARY KEY
+    "drop_primary_key",  # DROP PRIMARY KEY, DROP INDEX `PRIMARY`
+    "rename_index",  # RENAME INDEX|KEY a TO b
+    "rename_table",  # RENAME [TO|AS] n (the statement's kind is then "rename_table")
+    "partition",  # any partition clause: PARTITION BY, ADD/DROP/TRUNCATE/EXCHANGE/... PARTITION, REMOVE PARTITIONING
+    "table_option",  # ENGINE, [DEFAULT] CHARSET/COLLATE, COMMENT, AUTO_INCREMENT, ROW_FORMAT, ... (and CONVERT TO)
+    "add_foreign_key",  # ADD [CONSTRAINT [s]] FOREIGN KEY
+    "drop_foreign_key",  # DROP FOREIGN KEY fk
+    "add_check",  # ADD [CONSTRAINT [s]] CHECK (...), a column's inline CHECK
+    "drop_check",  # DROP CHECK c
+    "other",  # anything else: ORDER BY, FORCE, ALGORITHM/LOCK, ALTER INDEX|COLUMN visibility, [NOT] ENFORCED, ...
+})
+
 
 @dataclass(frozen=True)
 class TranslatedDDL:
@@ -42,6 +69,14 @@ class TranslatedDDL:
     # upstream (schema, table) names the statement touches, as parsed from its text ("" table: schema-level);
     # the applier confines a DDL to these being in its routes (invariant 11)
     sources: list[tuple[str, str]] = field(default_factory=list, compare=False)
+    # for an ALTER TABLE (kind "alter_table", or "rename_table" when it renames the table): the kinds of clause it
+    # holds (ALTER_CLAUSES), read from the upstream statement, not from what the target runs, so that the caller
+    # judges the same ALTER the same way whatever the dialect. TiDB-only clauses (TiFlash, CACHE, ...) are left out:
+    # they never reach the target. Empty for every other statement.
+    alters: frozenset[str] = field(default=frozenset(), compare=False)
+    # the upstream names of the columns an "add_column" clause adds, in statement order, so the caller can tell
+    # whether the target table already has them (another shard added them first)
+    added_columns: tuple[str, ...] = field(default=(), compare=False)
 
 
 class UnsupportedDDL(Exception):

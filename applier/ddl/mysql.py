@@ -86,7 +86,10 @@ this module does not recognise.
 The statement arrives prepared by ``applier.ddl.translate`` (neutralised, lexed, checked for several statements
 and for TiDB-only or data-restoring statements); its text is rewritten in place (``applier/ddl/rewrite.py``),
 the MariaDB mappings live in ``applier/ddl/mariadb.py``, and the statements both dialects route the same way
-(DROP lists, RENAME TABLE, the DROP DATABASE guard) in ``applier/ddl/common.py``.
+(DROP lists, RENAME TABLE, the DROP DATABASE guard) in ``applier/ddl/common.py``. The kinds of clause an ALTER
+TABLE holds (``TranslatedDDL.alters``) are named by ``applier/ddl/syntax.py``'s :func:`alter_summary` for every
+dialect alike, and the TiDB-only specifications it and this module leave out by ``applier/ddl/tidb.py``'s
+:func:`tidb_only_spec`.
 """
 
 from __future__ import annotations
@@ -98,7 +101,8 @@ from applier.ddl.common import checked_drop_schema, drop_list, expect_end, renam
 from applier.ddl.lexer import Cursor, Statement, Token, split_top_level
 from applier.ddl.mariadb import expression_key, mariadb_collations, mariadb_create_table_checks, mariadb_visibility
 from applier.ddl.rewrite import Rewrite
-from applier.ddl.syntax import alter_specs
+from applier.ddl.syntax import alter_specs, alter_summary
+from applier.ddl.tidb import tidb_only_spec
 
 __all__ = ["translate_mysql"]
 
@@ -445,6 +449,7 @@ def _alter(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL
 def _alter_table(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> TranslatedDDL:
     ref = ctx.table_ref(c)
     specs = alter_specs(st.sig, c.pos, len(st.sig))
+    summary = alter_summary(st.sig, specs)  # st.sig: the upstream tokens, whatever the edits
     r = ctx.routed(ref.schema, ref.table)
     st.replace(ref.start, ref.end, q(*r) if r else "")
     kind = "alter_table"
@@ -453,7 +458,7 @@ def _alter_table(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> Transla
     only_tidb = True  # every specification was TiDB-only (or there were none)
     for lo, hi in specs:
         what = classify_spec(st.sig, lo, hi)
-        if what in ("tidb", "empty", "tiflash_index"):
+        if what in ("tidb", "empty"):
             _drop_spec(st, specs, lo, hi)
             continue
         only_tidb = False
@@ -474,13 +479,15 @@ def _alter_table(ctx: Context, st: Rewrite, c: Cursor, mariadb: bool) -> Transla
                 _vector_to_longtext(st, lo + 1, hi)
             if mariadb and what in ("add_index", "alter_index"):
                 mariadb_visibility(st, lo, hi)
-    if r is None:
-        return TranslatedDDL([], kind, [])
-    if kept == 0:
-        return TranslatedDDL([], "other" if only_tidb else kind, [])
-    if mariadb:
-        mariadb_collations(st)
-    return TranslatedDDL([st.render()], kind, list(dict.fromkeys(targets)))
+    if kept == 0 and only_tidb and r is not None:
+        return TranslatedDDL([], "other", [])
+    stmts: list[str] = []
+    if r is not None and kept:
+        if mariadb:
+            mariadb_collations(st)
+        stmts = [st.render()]
+    return TranslatedDDL(stmts, kind, list(dict.fromkeys(targets)) if stmts else [],
+                         alters=summary.clauses, added_columns=summary.added_columns)
 
 
 def _route_renamed(ctx: Context, st: Rewrite, ref: TableRef, r: tuple[str, str] | None, lo: int, hi: int
@@ -520,21 +527,11 @@ def classify_spec(sig: Sequence[Token], lo: int, hi: int) -> str:
     """A coarse name for one ALTER TABLE specification (what the MySQL rewriter needs to know)."""
     if lo >= hi:
         return "empty"
+    if tidb_only_spec(sig, lo, hi):
+        return "tidb"
     c = Cursor(sig, lo, hi)
     w = sig[lo].upper
     nxt = sig[lo + 1].upper if lo + 1 < hi else ""
-    if w == "SET" and nxt in ("TIFLASH", "HYPO"):
-        return "tidb"
-    if w in ("CACHE", "NOCACHE", "COMPACT", "ATTRIBUTES"):
-        return "tidb"
-    if w == "PARTITION" and nxt != "BY":
-        rest = [t.upper for t in sig[lo + 2:hi]]
-        if not rest or rest[0] in ("ATTRIBUTES", "SET"):
-            return "tidb"
-    if w in ("ADD", "DROP") and nxt == "STATS_EXTENDED":
-        return "tidb"
-    if w == "ADD" and nxt in ("VECTOR", "COLUMNAR"):
-        return "tiflash_index"
     if w == "RENAME" and nxt not in ("COLUMN", "INDEX", "KEY"):
         return "rename"
     if w == "EXCHANGE":

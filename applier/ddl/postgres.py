@@ -147,7 +147,9 @@ Where the pieces live: the statement arrives prepared by ``applier.ddl.translate
 for several statements and for TiDB-only or data-restoring statements); this module decides, statement by
 statement, what PostgreSQL runs. The type map, defaults and type comments are ``applier/ddl/pg_types.py``'s, the
 index and key statements ``applier/ddl/pg_tables.py``'s, quoting and index names ``applier/ddl/pg_sql.py``'s;
-DROP lists, RENAME TABLE and the DROP DATABASE guard are routed as for MySQL (``applier/ddl/common.py``).
+DROP lists, RENAME TABLE and the DROP DATABASE guard are routed as for MySQL (``applier/ddl/common.py``), and an
+ALTER TABLE's kinds of clause (``TranslatedDDL.alters``) are named as for MySQL (``applier/ddl/syntax.py``'s
+:func:`alter_summary`), from the upstream statement rather than from the PostgreSQL statements rendered.
 """
 
 from __future__ import annotations
@@ -163,12 +165,14 @@ from applier.ddl.syntax import (
     IndexDef,
     IndexPart,
     alter_specs,
+    alter_summary,
     parse_column,
     parse_default,
     parse_index_def,
     parse_key_parts,
     starts_index,
 )
+from applier.ddl.tidb import tidb_only_spec
 
 __all__ = ["translate_postgres"]
 
@@ -410,6 +414,7 @@ def _alter_table(ctx: Context, c: Cursor) -> TranslatedDDL:
     ref = ctx.table_ref(c)
     r = ctx.routed(ref.schema, ref.table)
     specs = alter_specs(c.toks, c.pos, c.end)
+    summary = alter_summary(c.toks, specs)
     tbl = TargetTable(*r) if r else None
     stmts: list[str] = []
     tail: list[str] = []  # the table rename, always last
@@ -445,23 +450,19 @@ def _alter_table(ctx: Context, c: Cursor) -> TranslatedDDL:
         if out is not None:
             only_tidb = False
             stmts.extend(out)
-    if r is None:
-        return TranslatedDDL([], kind, [])
-    if only_tidb:
+    if only_tidb and r is not None:
         return TranslatedDDL([], "other", [])
-    return TranslatedDDL(stmts + tail, kind, list(dict.fromkeys(targets)))
+    return TranslatedDDL(stmts + tail, kind, list(dict.fromkeys(targets)),  # all empty for an ignored table
+                         alters=summary.clauses, added_columns=summary.added_columns)
 
 
 def _alter_spec(tbl: TargetTable, c: Cursor, names: IndexNames) -> list[str] | None:
     """One ALTER TABLE specification. None marks a TiDB-only one, as opposed to [] for one that has nothing to
     do in PostgreSQL: a statement of TiDB-only specifications is kind "other", as on MySQL."""
+    if tidb_only_spec(c.toks, c.pos, c.end):
+        return None
     w = c.peek().upper
     nxt = c.peek(1).upper if c.peek(1) is not None else ""
-    if (w == "SET" and nxt in ("TIFLASH", "HYPO")) or w in ("CACHE", "NOCACHE", "COMPACT", "ATTRIBUTES") \
-            or (w in ("ADD", "DROP") and nxt == "STATS_EXTENDED"):
-        return None
-    if w == "PARTITION" and nxt != "BY" and (c.peek(2) is None or c.is_kw("ATTRIBUTES", "SET", k=2)):
-        return None
     # partitions
     if w == "PARTITION" and nxt == "BY":
         return []
@@ -497,12 +498,10 @@ def _alter_spec(tbl: TargetTable, c: Cursor, names: IndexNames) -> list[str] | N
     raise Untranslatable(f"ALTER TABLE ... {w} is not supported", kind="alter_table")
 
 
-def _add_spec(tbl: TargetTable, c: Cursor, names: IndexNames) -> list[str] | None:
-    """ADD an index, a key or columns; None for a TiFlash-only index."""
+def _add_spec(tbl: TargetTable, c: Cursor, names: IndexNames) -> list[str]:
+    """ADD an index, a key or columns (a TiFlash-only index is the caller's)."""
     t = tbl.q
     c.next()
-    if c.is_kw("VECTOR", "COLUMNAR") and c.is_kw("INDEX", "KEY", k=1):
-        return None  # TiFlash-only index
     if starts_index(c):
         idx = parse_index_def(c)
         _expect_spec_end(c)

@@ -3,8 +3,12 @@ definitions, and the split of ALTER TABLE into its specifications.
 
 Parsing yields small models (:class:`MyType`, :class:`Default`, :class:`ColDef`, :class:`IndexDef`). The
 PostgreSQL translator renders DDL from them; the MySQL translator keeps the statement text and reads them only
-to check what MariaDB refuses. Everything here works on the neutralised statement (``applier/ddl/tidb.py``)
-and raises :class:`~applier.ddl.lexer.LexError` on what it cannot read; it knows nothing of routing or targets.
+to check what MariaDB refuses. :func:`alter_summary` names the kinds of clause of an ALTER TABLE
+(``TranslatedDDL.alters``) for both translators, so that one ALTER is judged the same whatever the target.
+
+Everything here works on the neutralised statement (``applier/ddl/tidb.py``) and raises
+:class:`~applier.ddl.lexer.LexError` on what it cannot read (but :func:`alter_summary`, which calls it "other");
+it knows nothing of routing or targets.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from applier.ddl.lexer import Cursor, LexError, Token, split_top_level
+from applier.ddl.tidb import tidb_only_spec
 
 __all__ = [
     "MyType",
@@ -27,6 +32,8 @@ __all__ = [
     "parse_index_def",
     "starts_index",
     "alter_specs",
+    "AlterSummary",
+    "alter_summary",
 ]
 
 
@@ -59,6 +66,7 @@ class ColDef:
     primary: bool = False
     unique: bool = False
     generated: bool = False
+    check: bool = False  # an inline CHECK constraint (MySQL enforces it; PostgreSQL does not get it)
 
 
 @dataclass
@@ -291,6 +299,7 @@ def parse_column(c: Cursor) -> ColDef:
             if not c.is_kw("CHECK"):
                 c.ident()
         elif c.accept_kw("CHECK"):
+            col.check = True
             c.skip_group()
             c.accept_kw("NOT")
             c.accept_kw("ENFORCED")
@@ -438,3 +447,196 @@ def alter_specs(sig: Sequence[Token], lo: int, hi: int) -> list[tuple[int, int]]
             return [(lo, hi)]
     # a trailing PARTITION BY clause belongs to the last spec: its commas are inside parentheses
     return split_top_level(sig, lo, hi)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What an ALTER TABLE does, clause by clause
+
+
+@dataclass(frozen=True)
+class AlterSummary:
+    """The kinds of clause of one ALTER TABLE (names of ``applier.ddl.base.ALTER_CLAUSES``) and the columns it
+    adds: what a caller merging shards needs to judge the statement, read from the upstream text."""
+
+    clauses: frozenset[str] = frozenset()
+    added_columns: tuple[str, ...] = ()
+
+
+# table options: each is read as its keyword(s), an optional ``=`` and one value (a token or a group)
+_TABLE_OPTIONS = frozenset({
+    "AUTO_INCREMENT", "AUTOEXTEND_SIZE", "AVG_ROW_LENGTH", "CHARSET", "CHECKSUM", "COLLATE", "COMMENT",
+    "COMPRESSION", "CONNECTION", "DELAY_KEY_WRITE", "ENCRYPTION", "ENGINE", "ENGINE_ATTRIBUTE", "INSERT_METHOD",
+    "KEY_BLOCK_SIZE", "MAX_ROWS", "MIN_ROWS", "PACK_KEYS", "PASSWORD", "ROW_FORMAT", "SECONDARY_ENGINE",
+    "SECONDARY_ENGINE_ATTRIBUTE", "STATS_AUTO_RECALC", "STATS_PERSISTENT", "STATS_SAMPLE_PAGES", "TABLESPACE",
+    "STORAGE", "TYPE", "UNION",
+})
+_TWO_WORD_OPTIONS = {"CHARACTER": "SET", "DATA": "DIRECTORY", "INDEX": "DIRECTORY"}
+
+
+def alter_summary(sig: Sequence[Token], specs: Sequence[tuple[int, int]]) -> AlterSummary:
+    """Name the clauses of the ALTER TABLE specifications ``specs`` (from :func:`alter_specs`) of ``sig``.
+
+    TiDB-only specifications are left out, as both translators leave them out of the target statement. Never
+    raises: the MySQL translator passes through text this grammar does not fully read, so what cannot be read is
+    reported as "other" rather than refused here."""
+    clauses: set[str] = set()
+    added: list[str] = []
+    for lo, hi in specs:
+        if lo >= hi or tidb_only_spec(sig, lo, hi):
+            continue
+        try:
+            _spec_clauses(sig, lo, hi, clauses, added)
+        except LexError:
+            clauses.add("other")
+    return AlterSummary(frozenset(clauses), tuple(dict.fromkeys(added)))
+
+
+def _spec_clauses(sig: Sequence[Token], lo: int, hi: int, clauses: set[str], added: list[str]) -> None:
+    """Add the clause kinds of one specification sig[lo:hi] to ``clauses`` (and added columns to ``added``)."""
+    # a trailing PARTITION BY belongs to the statement, not to the specification it follows (see alter_specs)
+    depth = 0
+    for i in range(lo, hi):
+        t = sig[i]
+        depth += 1 if t.is_op("(") else -1 if t.is_op(")") else 0
+        if depth == 0 and i > lo and t.is_word("PARTITION") and i + 1 < hi and sig[i + 1].is_word("BY"):
+            clauses.add("partition")
+            hi = i
+            break
+    c = Cursor(sig, lo, hi)
+    w = sig[lo].upper
+    nxt = sig[lo + 1].upper if lo + 1 < hi else ""
+    if w in ("PARTITION", "REMOVE", "FIRST", "LAST") or (
+            w in _PARTITION_OPS + ("UPGRADE",) and nxt in ("PARTITION", "PARTITIONING")):
+        clauses.add("partition")
+    elif w == "ADD":
+        c.next()
+        _add_clauses(c, clauses, added)
+    elif w == "DROP":
+        c.next()
+        _drop_clauses(c, clauses)
+    elif w in ("MODIFY", "CHANGE"):
+        c.next()
+        c.accept_kw("COLUMN")
+        c.accept_seq("IF", "EXISTS")
+        old = c.ident().ident if w == "CHANGE" else None
+        clauses.add("modify_column")  # CHANGE restates the whole definition, whatever it renames
+        name = _column_clauses(c, clauses)
+        if old is not None and old != name:
+            clauses.add("rename_column")
+    elif w == "ALTER":
+        c.next()
+        if c.accept_kw("INDEX", "KEY", "CHECK", "CONSTRAINT"):
+            clauses.add("other")  # index visibility, constraint enforcement
+            return
+        c.accept_kw("COLUMN")
+        c.ident()
+        if c.accept_seq("SET", "DEFAULT") or c.accept_seq("DROP", "DEFAULT"):
+            clauses.add("alter_column_default")
+        else:
+            clauses.add("other")  # SET VISIBLE / INVISIBLE
+    elif w == "RENAME":
+        clauses.add({"COLUMN": "rename_column", "INDEX": "rename_index", "KEY": "rename_index"}.get(
+            nxt, "rename_table"))
+    elif w == "CONVERT":
+        clauses.update(("modify_column", "table_option"))  # every character column, and the table default
+    elif w in _TABLE_OPTIONS or w in _TWO_WORD_OPTIONS or w == "DEFAULT":
+        _table_option_clauses(c, clauses)
+    else:
+        clauses.add("other")  # ALGORITHM, LOCK, FORCE, ORDER BY, ENABLE|DISABLE KEYS, [DISCARD|IMPORT] TABLESPACE
+
+
+def _add_clauses(c: Cursor, clauses: set[str], added: list[str]) -> None:
+    """After ADD: columns (one, or a parenthesised list, which MySQL lets hold keys too) or one index/key."""
+    if not c.accept_kw("COLUMN") and starts_index(c):
+        _key_clause(c, clauses)
+        return
+    c.accept_seq("IF", "NOT", "EXISTS")
+    if not c.is_op("("):
+        clauses.add("add_column")
+        added.append(_column_clauses(c, clauses))
+        return
+    lo, hi = c.skip_group()
+    for a, b in split_top_level(c.toks, lo, hi):
+        ec = Cursor(c.toks, a, b)
+        if starts_index(ec):
+            _key_clause(ec, clauses)
+        else:
+            clauses.add("add_column")
+            added.append(_column_clauses(ec, clauses))
+
+
+def _key_clause(c: Cursor, clauses: set[str]) -> None:
+    """An index or constraint definition (what follows ADD): its leading words say which (as for
+    :func:`parse_index_def`), and the rest need not be readable for that."""
+    if c.accept_kw("CONSTRAINT") and not c.is_kw("PRIMARY", "UNIQUE", "FOREIGN", "CHECK"):
+        c.ident()  # the constraint's symbol
+    if c.is_kw("PRIMARY"):
+        clauses.add("add_primary_key")
+    elif c.is_kw("FOREIGN"):
+        clauses.add("add_foreign_key")
+    elif c.is_kw("CHECK"):
+        clauses.add("add_check")
+    else:
+        clauses.add("add_index")  # INDEX, KEY, UNIQUE, FULLTEXT, SPATIAL
+
+
+def _column_clauses(c: Cursor, clauses: set[str]) -> str:
+    """A column definition (ADD, MODIFY, CHANGE's new one): its name, and the keys or checks it adds inline.
+    One the grammar cannot read still has its name, but may add anything: "other"."""
+    start = c.pos
+    try:
+        col = parse_column(c)
+    except LexError:
+        clauses.add("other")
+        return Cursor(c.toks, start, c.end).ident().ident
+    if col.primary:
+        clauses.add("add_primary_key")
+    if col.unique:
+        clauses.add("add_index")
+    if col.check:
+        clauses.add("add_check")
+    return col.name
+
+
+def _drop_clauses(c: Cursor, clauses: set[str]) -> None:
+    """After DROP (DROP PARTITION and DROP STATS_EXTENDED are the caller's)."""
+    if c.accept_seq("PRIMARY", "KEY"):
+        clauses.add("drop_primary_key")
+    elif c.accept_kw("INDEX", "KEY"):
+        c.accept_seq("IF", "EXISTS")
+        primary = c.ident().ident.upper() == "PRIMARY"  # MySQL's name of the primary key
+        clauses.add("drop_primary_key" if primary else "drop_index")
+    elif c.accept_seq("FOREIGN", "KEY"):
+        clauses.add("drop_foreign_key")
+    elif c.accept_kw("CHECK"):
+        clauses.add("drop_check")
+    elif c.accept_kw("CONSTRAINT"):
+        c.accept_seq("IF", "EXISTS")
+        if c.ident().ident.upper() == "PRIMARY":
+            clauses.add("drop_primary_key")
+        else:  # a unique key, a foreign key or a check: the statement does not say which
+            clauses.update(("drop_index", "drop_foreign_key", "drop_check"))
+    else:
+        c.accept_kw("COLUMN")
+        c.accept_seq("IF", "EXISTS")
+        c.ident()
+        c.accept_kw("RESTRICT", "CASCADE")
+        clauses.add("drop_column" if c.at_end else "other")
+
+
+def _table_option_clauses(c: Cursor, clauses: set[str]) -> None:
+    """Space-separated table options (``ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT 'x'``)."""
+    while not c.at_end:
+        c.accept_kw("DEFAULT")
+        tok = c.next()
+        if tok.upper in _TWO_WORD_OPTIONS:
+            c.expect_kw(_TWO_WORD_OPTIONS[tok.upper])
+        elif tok.upper not in _TABLE_OPTIONS:
+            clauses.add("other")
+            return
+        c.accept_op("=")
+        if c.is_op("("):
+            c.skip_group()
+        else:
+            c.next()
+        clauses.add("table_option")

@@ -26,7 +26,9 @@ table options ``AUTO_ID_CACHE``,                      removed with their value a
 Bare keywords are removed only inside CREATE TABLE / ALTER TABLE / CREATE INDEX / CREATE|ALTER DATABASE
 statements and only in the position where TiDB accepts them (table options at the top level and followed by
 ``=`` or a value), so a column named ``ttl`` or ``clustered`` survives. :func:`tidb_only_statement` names the
-statements that have no meaning outside TiDB (see ``applier/ddl/mysql.py`` for the table), and
+statements that have no meaning outside TiDB (see ``applier/ddl/mysql.py`` for the table),
+:func:`tidb_only_spec` the ALTER TABLE specifications that have none (every translator, and the clause summary of
+``applier/ddl/syntax.py``, leaves them out through it, so they agree on what an ALTER does downstream), and
 :func:`restores_data_statement` those (RECOVER, FLASHBACK) that bring back data TiCDC does not resend.
 """
 
@@ -36,7 +38,7 @@ from typing import Sequence
 
 from applier.ddl.lexer import INSIGNIFICANT, Cursor, Token, tokenize
 
-__all__ = ["neutralise_tidb", "tidb_only_statement", "restores_data_statement"]
+__all__ = ["neutralise_tidb", "tidb_only_statement", "tidb_only_spec", "restores_data_statement"]
 
 _TABLE_OPTIONS_NUM = {"AUTO_ID_CACHE", "AUTO_RANDOM_BASE", "SHARD_ROW_ID_BITS", "PRE_SPLIT_REGIONS",
                       "STATS_BUCKETS", "STATS_TOPN", "STATS_SAMPLE_RATE"}
@@ -255,6 +257,26 @@ def tidb_only_statement(sig: Sequence[Token]) -> str | None:
     if w in ("LOCK", "UNLOCK") and c.is_kw("STATS", k=1):
         return f"{w} STATS"
     return None
+
+
+def tidb_only_spec(sig: Sequence[Token], lo: int, hi: int) -> bool:
+    """Is sig[lo:hi], one ALTER TABLE specification, meaningful only to TiDB: TiFlash replicas and indexes, cached
+    tables, compaction, region attributes, extended statistics, a partition's placement (its ``PLACEMENT POLICY``
+    is already neutralised away, leaving ``PARTITION p``)? Such a specification is dropped from the target
+    statement, and a statement of nothing else is kind "other"."""
+    if lo >= hi:
+        return False
+    w = sig[lo].upper
+    nxt = sig[lo + 1].upper if lo + 1 < hi else ""
+    third = sig[lo + 2] if lo + 2 < hi else None
+    if (w == "SET" and nxt in ("TIFLASH", "HYPO")) or w in ("CACHE", "NOCACHE", "COMPACT", "ATTRIBUTES"):
+        return True
+    if w in ("ADD", "DROP") and nxt == "STATS_EXTENDED":
+        return True
+    if w == "PARTITION" and nxt != "BY":
+        return third is None or third.is_word("ATTRIBUTES", "SET")
+    # a TiFlash-only index; ``ADD vector VECTOR(3)`` adds a column named vector
+    return w == "ADD" and nxt in ("VECTOR", "COLUMNAR") and third is not None and third.is_word("INDEX", "KEY")
 
 
 def restores_data_statement(sig: Sequence[Token]) -> str | None:
