@@ -88,13 +88,10 @@ def _row_identity(ev: RowChange, key_names: tuple[str, ...]) -> tuple:
         bk = _NO_ROW if b is None else b.get(k, _NO_ROW)
         ak = _NO_ROW if a is None else a.get(k, _NO_ROW)
     else:
-        bk = _NO_ROW if b is None else tuple(b.get(k, _NO_ROW) for k in key_names)
-        ak = _NO_ROW if a is None else tuple(a.get(k, _NO_ROW) for k in key_names)
-    try:
-        hash(bk), hash(ak)
-    except TypeError:  # an unhashable key value (not produced by the decoders): compare the whole content
-        return content
-    return (_content_hash(content), ev.op, ev.schema, ev.table, bk, ak)
+        bk = _NO_ROW if b is None else tuple([b.get(k, _NO_ROW) for k in key_names])
+        ak = _NO_ROW if a is None else tuple([a.get(k, _NO_ROW) for k in key_names])
+    # content[2] is the op's plain value: Enum.__hash__ is a Python-level call, too slow once per held row
+    return (_content_hash(content), content[2], ev.schema, ev.table, bk, ak)
 
 
 @dataclass(frozen=True)
@@ -218,13 +215,17 @@ class Gate:
                 h = _row_identity(ev, kn[1])
                 seen = held_rows.get(ts)
                 if seen is None:
-                    held_rows[ts] = {h}
+                    seen = held_rows[ts] = set()
                     heapq.heappush(self._held_row_ts, ts)
-                elif h in seen:
+                try:
+                    dup = h in seen
+                except TypeError:  # an unhashable key value (the decoders make none): the whole content
+                    h = _content(ev)
+                    dup = h in seen
+                if dup:
                     stats["duplicates_dropped"] += 1
                     continue
-                else:
-                    seen.add(h)
+                seen.add(h)
             run.append(ev)
             run_bytes += ev.size or 0
             a = arrivals.get(tp)
