@@ -32,7 +32,7 @@ from applier.dialect import Dialect
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
-from applier.sinks import ApplyError, db_reason, plan_batch
+from applier.sinks import ApplyError, BatchPlan, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
 from applier.sinks.table import shown
 from applier.timing import NO_TIMING, StageTimer
@@ -44,6 +44,12 @@ Route = Callable[[str, str], "tuple[str, str] | None"]
 # DDL kinds that act on every row or the name of a target table: run for one shard of a merged table, they act
 # on all shards (see Applier._shard_conflict)
 SHARD_DESTRUCTIVE = frozenset({"drop_table", "truncate_table", "rename_table", "drop_index", "drop_schema"})
+# ALTER TABLE clauses (applier.ddl.ALTER_CLAUSES) that reshape what the other shards' rows live in: a dropped,
+# retyped or renamed column, a dropped or changed key, a renamed table or index, partitioning
+SHARD_RESHAPING_ALTERS = frozenset({
+    "drop_column", "modify_column", "rename_column", "drop_index", "drop_primary_key", "add_primary_key",
+    "rename_index", "rename_table", "partition", "drop_foreign_key", "drop_check",
+})
 
 CHUNK_EVENTS = 20_000  # row changes planned and written at a time: bounds memory for huge transactions
 
@@ -56,6 +62,18 @@ class ApplyStats:
     transactions: int = 0
     write_seconds: float = 0.0
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+_ALREADY_ADDED = "\0already added"  # _shard_conflict: every column the shard's ADD COLUMN adds is there
+
+
+class _WriteRefused(ApplyError):
+    """A chunk's write failed: carries what :meth:`Applier._refused_row` needs once the transaction is gone."""
+
+    def __init__(self, message: str, plan: BatchPlan, changes: list[RowChange]) -> None:
+        super().__init__(message)
+        self.plan = plan
+        self.changes = changes
 
 
 class Applier:
@@ -122,6 +140,10 @@ class Applier:
                 with self.timer.span("commit"):
                     tx.commit()
                 stats.transactions += 1
+            except _WriteRefused as exc:
+                if tx.is_active:
+                    tx.rollback()  # first: the search below must not wait for this transaction's locks
+                raise ApplyError(str(exc) + self._refused_row(exc.plan, exc.changes)) from exc.__cause__
             except BaseException:
                 if tx.is_active:
                     tx.rollback()
@@ -160,9 +182,9 @@ class Applier:
                 raise
             except Exception as exc:
                 first, last = changes[0].position, changes[-1].position
-                raise ApplyError(
+                raise _WriteRefused(
                     f"writing {len(changes)} change(s) of upstream table {shown(schema, table)} into {meta.display} "
-                    f"failed (events from {first} to {last}): {db_reason(exc)}"
+                    f"failed (events from {first} to {last}): {db_reason(exc)}", plan, changes
                 ) from exc
             if self._sources is not None:
                 self._sources.add((schema, table))
@@ -170,6 +192,46 @@ class Applier:
             tp.rows += len(changes)
             stats.rows += len(changes)
             stats.tables[(schema, table)] = stats.tables.get((schema, table), 0) + len(changes)
+
+    def _refused_row(self, plan: BatchPlan, changes: list[RowChange]) -> str:
+        """Which row the target refused, for the error: the failed statement carried a whole chunk, and an
+        operator needs the key (and the event that set it) to decide what to fix. Found after the failed
+        transaction rolled back, by writing halves of the chunk's upserts, each in a transaction of its own
+        that is rolled back too (nothing is kept), down to one row; '' when no single row fails alone (a row
+        that failed only next to earlier rows of the window) or the search itself fails."""
+        meta = plan.meta
+        rows = plan.upserts
+        if len(rows) < 1:
+            return ""
+
+        def refused(part: list[dict]) -> bool:
+            with self.engine.connect() as conn:
+                tx = conn.begin()
+                try:
+                    self.sink.begin(conn)
+                    self.sink.write(conn, BatchPlan(meta, upserts=part))
+                    return False
+                except Exception:
+                    return True
+                finally:
+                    if tx.is_active:
+                        tx.rollback()
+
+        try:
+            if not refused(rows):
+                return ""
+            while len(rows) > 1:
+                half = rows[: len(rows) // 2]
+                rows = half if refused(half) else rows[len(rows) // 2:]
+            if not refused(rows):
+                return ""
+        except Exception:  # the search is a courtesy: the original error is what counts
+            return ""
+        key = tuple(rows[0].get(k) for k in meta.key)
+        where = next((ch.position for ch in reversed(changes)
+                      if ch.after is not None and tuple(ch.after.get(k) for k in meta.key) == key), None)
+        shown_key = ", ".join(f"{k}={v!r:.80}" for k, v in zip(meta.key, key))
+        return f". The refused row: {shown_key}" + (f" (set by the event at {where})" if where else "")
 
     # ---- DDL -------------------------------------------------------------------------------------------
     def _apply_ddl(self, conn: Connection, ev: DDL, rel: Release, stats: ApplyStats) -> None:
@@ -191,6 +253,10 @@ class Applier:
             self._skip(conn, ev, key, rel, stats, str(exc))
             return
         shared = self._shard_conflict(ev, tr)
+        if shared == _ALREADY_ADDED:
+            self._skip(conn, ev, key, rel, stats, "shard DDL already applied: every column it adds is in the merged "
+                                                  "target table (another shard added it)")
+            return
         if shared:
             if self.shard_ddl != "skip":
                 raise ApplyError(
@@ -232,8 +298,12 @@ class Applier:
         """Safe shard merges: when routes merge several upstream tables into one target table, one shard's
         DROP, TRUNCATE, RENAME or DROP INDEX would act on every shard's rows. The shards are the upstream tables
         whose rows reached the target (applier_tables, and this run's) that the current routes send to the same
-        target; a shard that never had a row has nothing there to lose. '' when the DDL is safe to run."""
-        if tr.kind not in SHARD_DESTRUCTIVE or not tr.targets or not tr.statements:
+        target; a shard that never had a row has nothing there to lose. '' when the DDL is safe to run, the reason
+        when it is not, or _ALREADY_ADDED for an ADD COLUMN another shard already made."""
+        if not tr.targets or not tr.statements:
+            return ""
+        alter = tr.kind == "alter_table"
+        if not alter and tr.kind not in SHARD_DESTRUCTIVE:
             return ""
         if self._sources is None:
             with self.engine.connect() as other:
@@ -245,12 +315,31 @@ class Applier:
                             if (s.casefold(), t.casefold()) not in own and s.casefold() not in own_schemas
                             and (to := self.route(s, t)) is not None
                             and to[0] == schema and (not table or to[1] == table))
-            if others:
-                where = f"schema {schema}" if not table else shown(schema, table)
-                more = f" and {len(others) - 5} more" if len(others) > 5 else ""
-                return (f"would {tr.kind.replace('_', ' ')} {where}, which the routes also fill from "
-                        f"{', '.join(others[:5])}{more}")
+            if not others:
+                continue
+            if alter and not tr.alters & SHARD_RESHAPING_ALTERS:
+                # additive (ADD COLUMN, ADD INDEX, defaults, options): it applies once for every shard; the same
+                # ADD COLUMN from the next shard finds its columns there (MySQL has no ADD COLUMN IF NOT EXISTS)
+                if tr.alters == {"add_column"} and self._has_columns(schema, table, tr.added_columns):
+                    return _ALREADY_ADDED
+                continue
+            where = f"schema {schema}" if not table else shown(schema, table)
+            what = ", ".join(sorted(tr.alters & SHARD_RESHAPING_ALTERS)).replace("_", " ") if alter else \
+                tr.kind.replace("_", " ")
+            more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+            return f"would {what} {where}, which the routes also fill from {', '.join(others[:5])}{more}"
         return ""
+
+    def _has_columns(self, schema: str, table: str, names: tuple[str, ...]) -> bool:
+        if not names:
+            return False
+        with self.engine.connect() as other:
+            try:
+                meta = self.sink.reflect(other, schema, table)
+            except Exception:  # no such table: the DDL runs and fails (or not) on its own
+                return False
+        have = {c.casefold() for c in meta.columns}
+        return all(n.casefold() in have for n in names)
 
     def _confine(self, ev: DDL, tr: TranslatedDDL) -> None:
         """Invariant 11: a DDL acts only on objects its routes give it. Where a statement acts is parsed from its
@@ -261,6 +350,10 @@ class Applier:
             raise UnsupportedDDL(reason, query=ev.query, dialect=self.dialect.name, kind=tr.kind)
 
         header = ev.schema.casefold()
+        if not header and not ev.table and tr.kind in ("create_schema", "drop_schema") and len(tr.sources) == 1:
+            # TiCDC's Simple protocol sends CREATE/DROP DATABASE without a schema: the statement names the one
+            # schema it acts on, and routing still decides where (and whether) that lands
+            header = tr.sources[0][0].casefold()
         for schema, table in tr.sources:
             if schema.casefold() != header and not self.ddl_scope(schema, table):
                 name = f"{schema}.{table}" if table else f"schema {schema}"

@@ -78,6 +78,19 @@ def spark(urls, tmp_path_factory):
     s.stop()
 
 
+@pytest.fixture(scope="session")
+def registry(urls):
+    """A RegistryClient on the local Apicurio registry (started here when not running; stopped at the end if
+    it was started here)."""
+    from applier.codecs.registry import RegistryClient
+
+    was_up = services.status({"registry"})[0].up
+    u = services.start({"registry"})
+    yield RegistryClient(u.registry_url, timeout=10, retries=3)
+    if not was_up and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
+        services.stop({"registry"})
+
+
 @pytest.fixture
 def unique() -> str:
     token = uuid.uuid4().hex[:8]

@@ -21,14 +21,12 @@ stopped at the end only if this module started it.
 
 from __future__ import annotations
 
-import os
 
 import orjson
 import pytest
 from sqlalchemy import create_engine, inspect, select
 
 from applier import progress as P
-from applier.devtools import services
 from applier.config import parse_config
 from applier.events import DecodeError
 from applier.pipeline import router_for, run
@@ -50,18 +48,6 @@ MAX_OFFSETS = 150  # several micro-batches per run
 # rows already have the new column (canal-json-noext: "lacks column"). Seed 7 meets none of them in any case here.
 SEED = 7
 
-
-
-@pytest.fixture(scope="module")
-def registry(urls):
-    """A RegistryClient on the local Apicurio registry (started here when not running)."""
-    from applier.codecs.registry import RegistryClient
-
-    was_up = services.status({"registry"})[0].up
-    u = services.start({"registry"})
-    yield RegistryClient(u.registry_url, timeout=10, retries=3)
-    if not was_up and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
-        services.stop({"registry"})
 
 
 def _settings(urls, target: str, wl, topic: str, schema: str, ckpt, **pipeline):

@@ -30,8 +30,9 @@ def row(ts: int, off: int, key: int, val: int | None) -> RowChange:
 class FakeSink:
     """Records every planned batch it is asked to write; can be told to fail."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, refuse_key: int | None = None) -> None:
         self.fail = fail
+        self.refuse_key = refuse_key  # a row with this id makes the whole write fail, as a server does
         self.log: list[tuple[str, object]] = []
 
     def begin(self, conn) -> None:
@@ -43,7 +44,13 @@ class FakeSink:
     def write(self, conn, plan: BatchPlan) -> None:
         if self.fail:
             raise ApplyError("the target refused the row")
+        if any(r["id"] == self.refuse_key for r in plan.upserts):
+            raise ValueError("Out of range value for column 'v' at row 2")
         self.log.append(("write", (sorted(k for k in plan.deletes), sorted(r["id"] for r in plan.upserts))))
+
+    def reflect(self, conn, schema: str, name: str):
+        cols = [(r[1], True, False) for r in conn.exec_driver_sql(f"PRAGMA table_info({name})")]
+        return build_meta(schema, name, cols, (cols[0][0],), [])
 
     def own_schema(self, conn) -> str:
         return "applier_home"
@@ -151,6 +158,16 @@ def test_a_refused_write_saves_no_progress_and_commits_nothing() -> None:
         ap.apply(gate.release())
     assert ("save", 10) not in sink.log and "commit" not in timer.stages
     assert gate.applied_ts == 0  # nothing released counts as applied: a rerun writes it again
+
+
+def test_a_refused_chunk_names_the_row_the_target_refuses_and_the_event_that_set_it() -> None:
+    sink = FakeSink(refuse_key=7)
+    ap, gate = setup(sink)
+    gate.add([row(10, i, i, i * 10) for i in range(12)] + [Resolved(10, SourcePosition("k", 0, 12))])
+    with pytest.raises(ApplyError, match=r"writing 12 change\(s\) of upstream table s\.t .* at row 2.*"
+                                         r"The refused row: id=7 \(set by the event at topic=k partition=0 offset=7\)"):
+        ap.apply(gate.release())
+    assert not [e for e in sink.log if e[0] == "save"] and gate.applied_ts == 0
 
 
 def test_without_a_timer_nothing_is_measured() -> None:
@@ -318,3 +335,27 @@ def test_a_rename_of_an_unmerged_table_is_not_taken_for_a_shard_conflict() -> No
     ap.route = lambda s, t: ("main", "merged" if t in ("a", "c") else t)  # a and c merged: c's rows would move
     tr = ap.dialect.translate_ddl(ev.query, schema="s", table="b", route=ap.route)
     assert "also fill from s.c" in ap._shard_conflict(ev, tr)
+
+
+def test_a_shards_reshaping_alter_stops_and_an_additive_one_applies_once_for_all_shards() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    ap.route = merged
+    with ap.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    ap.store.sources = [("s", "shard1"), ("s", "shard2")]
+    with pytest.raises(ApplyError, match=r"would drop column main\.t, which the routes also fill from s\.shard2"):
+        release_ddl(ap, gate, DDL("s", "shard1", 20, "ALTER TABLE shard1 DROP COLUMN v", SourcePosition("k", 0, 0)), 20)
+    assert columns(ap) == ["id", "v"]
+
+    ap, gate = setup(sink)
+    ap.route = merged
+    with ap.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    ap.store.sources = [("s", "shard1"), ("s", "shard2")]
+    first = DDL("s", "shard1", 20, "ALTER TABLE shard1 ADD COLUMN w INT", SourcePosition("k", 0, 0))
+    second = DDL("s", "shard2", 30, "ALTER TABLE shard2 ADD COLUMN w INT", SourcePosition("k", 0, 2))
+    release_ddl(ap, gate, first, 20)
+    release_ddl(ap, gate, second, 30)  # SQLite, like MySQL, has no ADD COLUMN IF NOT EXISTS: run twice, it fails
+    assert columns(ap) == ["id", "v", "w"] and gate.applied_ts == 30
+    assert ap.store.ddl == {ddl_key(first): "done", ddl_key(second): "skipped"}
