@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -32,9 +32,10 @@ from applier.dialect import Dialect
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
+from applier.quarantine import RowQuarantine, key_text, keys_of
 from applier.sinks import ApplyError, BatchPlan, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
-from applier.sinks.table import shown
+from applier.sinks.table import TableMeta, shown
 from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.apply")
@@ -51,7 +52,8 @@ SHARD_RESHAPING_ALTERS = frozenset({
     "rename_index", "rename_table", "partition", "drop_foreign_key", "drop_check",
 })
 
-CHUNK_EVENTS = 20_000  # row changes planned and written at a time: bounds memory for huge transactions
+CHUNK_EVENTS = 20_000
+MAX_REFUSED_PER_CHUNK = 1000  # rows set aside in one table's chunk before the run stops instead  # row changes planned and written at a time: bounds memory for huge transactions
 
 
 @dataclass
@@ -59,9 +61,37 @@ class ApplyStats:
     rows: int = 0
     ddls: int = 0
     ddls_skipped: int = 0
+    quarantined_rows: int = 0  # refused or blocked row changes set aside (on_apply_error)
     transactions: int = 0
     write_seconds: float = 0.0
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def _find_refused(plan: BatchPlan, attempt: Callable[[BatchPlan], str | None]) -> tuple[tuple, str] | None:
+    """The key of a row (upsert or delete) of ``plan`` that the target refuses on its own, and the reason, found
+    by halves: ``attempt`` writes a sub-plan without keeping it and returns the refusal or None. None when the
+    whole plan goes through, or no single row fails alone."""
+    meta = plan.meta
+    units: list[tuple[str, Any]] = [("d", k) for k in plan.deletes] + [("u", r) for r in plan.upserts]
+
+    def sub(part: list[tuple[str, Any]]) -> str | None:
+        return attempt(BatchPlan(meta, deletes=[u for t, u in part if t == "d"],
+                                 upserts=[u for t, u in part if t == "u"]))
+
+    reason = sub(units)
+    if reason is None:
+        return None
+    while len(units) > 1:
+        half = units[: len(units) // 2]
+        r = sub(half)
+        if r is None:
+            half = units[len(units) // 2:]
+            r = sub(half)
+            if r is None:
+                return None  # each half goes through alone: the rows only fail together
+        units, reason = half, r
+    kind, unit = units[0]
+    return (tuple(unit) if kind == "d" else tuple(unit[k] for k in meta.key)), reason
 
 
 _ALREADY_ADDED = "\0already added"  # _shard_conflict: every column the shard's ADD COLUMN adds is there
@@ -79,7 +109,7 @@ class _WriteRefused(ApplyError):
 class Applier:
     def __init__(self, engine: Engine, dialect: Dialect, route: Route, store: ProgressStore, *,
                  batch_rows: int = 5000, on_unsupported_ddl: str = "stop", shard_ddl: str = "stop",
-                 chunk_events: int = CHUNK_EVENTS,
+                 on_apply_error: str = "stop", chunk_events: int = CHUNK_EVENTS,
                  replace_mode: bool = False, ddl_scope: Callable[[str, str], bool] | None = None,
                  timer: StageTimer = NO_TIMING) -> None:
         self.engine = engine
@@ -93,6 +123,11 @@ class Applier:
         self.store = store
         self.on_unsupported_ddl = on_unsupported_ddl
         self.shard_ddl = shard_ddl
+        self.on_apply_error = on_apply_error  # stop | quarantine | skip (applier.quarantine)
+        self.rows_quarantine = RowQuarantine(store.pipeline)
+        # upstream (schema, table) -> its keys with held changes; loaded at the first transaction, dropped
+        # whenever one rolls back (it may have added keys that were never committed)
+        self._blocked: dict[tuple[str, str], set[str]] | None = None
         # upstream tables whose rows reached the target: recorded ones (read once) and this run's
         self._sources: set[tuple[str, str]] | None = None
         self.chunk_events = chunk_events
@@ -108,6 +143,10 @@ class Applier:
             tx = conn.begin()
             self.sink.begin(conn)
             try:
+                if self._blocked is None:
+                    self._blocked = {}
+                    for schema, table, k in self.rows_quarantine.blocked(conn):
+                        self._blocked.setdefault((schema, table), set()).add(k)
                 for msg, reason in quarantined:
                     self.store.quarantine(conn, msg, reason)
                 progress: dict[tuple[str, str], TableProgress] = {}
@@ -141,10 +180,12 @@ class Applier:
                     tx.commit()
                 stats.transactions += 1
             except _WriteRefused as exc:
+                self._blocked = None
                 if tx.is_active:
                     tx.rollback()  # first: the search below must not wait for this transaction's locks
                 raise ApplyError(str(exc) + self._refused_row(exc.plan, exc.changes)) from exc.__cause__
             except BaseException:
+                self._blocked = None
                 if tx.is_active:
                     tx.rollback()
                 raise
@@ -171,65 +212,147 @@ class Applier:
                     f"reading target table {shown(*target)} failed: {db_reason(exc)}")
                 raise ApplyError(f"{what} (upstream table {shown(schema, table)}, events from {first} to {last})"
                                  ) from exc
-            with self.timer.span("plan"):
-                plan = plan_batch(meta, changes, replace=self.replace_mode)
-            try:
-                with self.timer.span("write"):
-                    self.sink.write(conn, plan)
-                self.timer.count("rows_upserted", len(plan.upserts))
-                self.timer.count("rows_deleted", len(plan.deletes))
-            except ApplyError:
-                raise
-            except Exception as exc:
-                first, last = changes[0].position, changes[-1].position
-                raise _WriteRefused(
-                    f"writing {len(changes)} change(s) of upstream table {shown(schema, table)} into {meta.display} "
-                    f"failed (events from {first} to {last}): {db_reason(exc)}", plan, changes
-                ) from exc
+            blocked = self._blocked.get((schema, table)) if self._blocked else None
+            if blocked:
+                changes = self._hold_blocked(conn, meta, changes, blocked, stats)
+            if self.on_apply_error != "stop":
+                changes = self._write_setting_aside(conn, meta, changes, stats)
+            else:
+                self._write(conn, meta, changes)
+            tp = progress.setdefault((schema, table), TableProgress(*target))
             if self._sources is not None:
                 self._sources.add((schema, table))
-            tp = progress.setdefault((schema, table), TableProgress(*target))
             tp.rows += len(changes)
             stats.rows += len(changes)
             stats.tables[(schema, table)] = stats.tables.get((schema, table), 0) + len(changes)
 
+    def _write(self, conn: Connection, meta: TableMeta, changes: list[RowChange]) -> None:
+        if not changes:
+            return
+        with self.timer.span("plan"):
+            plan = plan_batch(meta, changes, replace=self.replace_mode)
+        try:
+            with self.timer.span("write"):
+                self.sink.write(conn, plan)
+            self.timer.count("rows_upserted", len(plan.upserts))
+            self.timer.count("rows_deleted", len(plan.deletes))
+        except ApplyError:
+            raise
+        except Exception as exc:
+            first, last = changes[0].position, changes[-1].position
+            raise _WriteRefused(
+                f"writing {len(changes)} change(s) of upstream table {shown(changes[0].schema, changes[0].table)} "
+                f"into {meta.display} failed (events from {first} to {last}): {db_reason(exc)}", plan, changes
+            ) from exc
+
+    # ---- rows the target refuses (on_apply_error = quarantine | skip) ---------------------------------------
+    def _hold_blocked(self, conn: Connection, meta: TableMeta, changes: list[RowChange], blocked: set[str],
+                      stats: ApplyStats) -> list[RowChange]:
+        """Hold every change of a blocked key (in commit order, behind the held ones), whatever the policy in
+        force now: letting it through would overtake the change that is held."""
+        keep = []
+        for ch in changes:
+            ks = keys_of(ch, meta.key)
+            hit = next((k for k in ks if k in blocked), None)
+            if hit is None:
+                keep.append(ch)
+                continue
+            blocked.update(ks)  # a key-changing update blocks its new key too
+            for k in ks:
+                self.rows_quarantine.hold(conn, ch, k, kind="blocked",
+                                          reason=f"held behind an earlier change of key {hit} that is quarantined")
+            stats.quarantined_rows += 1
+        return keep
+
+    def _write_setting_aside(self, conn: Connection, meta: TableMeta, changes: list[RowChange],
+                             stats: ApplyStats) -> list[RowChange]:
+        """Write the changes; when the target refuses the batch, find the refused row (by halves, each try in a
+        savepoint that is rolled back), set every change of its key in this batch aside (quarantine: held, and
+        the key blocked for later changes; skip: recorded as skipped), and write the rest again."""
+        for _ in range(MAX_REFUSED_PER_CHUNK):
+            if not changes:
+                return changes
+            with self.timer.span("plan"):
+                plan = plan_batch(meta, changes, replace=self.replace_mode)
+            failed = self._in_savepoint(conn, lambda: self.sink.write(conn, plan))
+            if failed is None:
+                self.timer.count("rows_upserted", len(plan.upserts))
+                self.timer.count("rows_deleted", len(plan.deletes))
+                return changes
+            found = _find_refused(
+                plan, lambda sub: self._in_savepoint(conn, lambda: self.sink.write(conn, sub), keep=False))
+            first, last = changes[0].position, changes[-1].position
+            if found is None:
+                raise ApplyError(
+                    f"writing {len(changes)} change(s) of upstream table {shown(changes[0].schema, changes[0].table)} "
+                    f"into {meta.display} failed (events from {first} to {last}): {failed}; no single row fails on "
+                    "its own, so none can be set aside: fix the target and rerun")
+            refused_key, reason = key_text(found[0]), found[1]
+            aside = [ch for ch in changes if refused_key in keys_of(ch, meta.key)]
+            changes = [ch for ch in changes if refused_key not in keys_of(ch, meta.key)]
+            state = "skipped" if self.on_apply_error == "skip" else "held"
+            blocked = self._blocked.setdefault((aside[0].schema, aside[0].table), set()) if state == "held" else None
+            for i, ch in enumerate(aside):
+                ks = keys_of(ch, meta.key)
+                if blocked is not None:
+                    blocked.update(ks)
+                for k in ks:
+                    self.rows_quarantine.hold(conn, ch, k, kind="refused" if i == 0 else "blocked", state=state,
+                                              reason=f"the target refused key {refused_key} of {meta.display}: {reason}")
+            stats.quarantined_rows += len(aside)
+            log.error("%s %d change(s) of key %s of upstream table %s (from %s): the target refused it: %s",
+                      "skipped" if state == "skipped" else "quarantined", len(aside), refused_key,
+                      shown(aside[0].schema, aside[0].table), aside[0].position, reason)
+        raise ApplyError(f"more than {MAX_REFUSED_PER_CHUNK} rows of {meta.display} refused in one batch: stopping "
+                         "rather than setting them all aside; fix the target and rerun")
+
+    def _in_savepoint(self, conn: Connection, write: Callable[[], object], keep: bool = True) -> str | None:
+        """Run ``write`` in a savepoint: None when it worked (kept, or rolled back when not ``keep``), else the
+        database's reason, with the savepoint rolled back."""
+        state = self.sink.savepoint_state(conn)
+        sp = conn.begin_nested()
+        try:
+            write()
+        except Exception as exc:
+            sp.rollback()
+            self.sink.rolled_back_to(conn, state)
+            return db_reason(exc)
+        if keep:
+            sp.commit()
+        else:
+            sp.rollback()
+            self.sink.rolled_back_to(conn, state)
+        return None
+
     def _refused_row(self, plan: BatchPlan, changes: list[RowChange]) -> str:
         """Which row the target refused, for the error: the failed statement carried a whole chunk, and an
-        operator needs the key (and the event that set it) to decide what to fix. Found after the failed
-        transaction rolled back, by writing halves of the chunk's upserts, each in a transaction of its own
-        that is rolled back too (nothing is kept), down to one row; '' when no single row fails alone (a row
-        that failed only next to earlier rows of the window) or the search itself fails."""
-        meta = plan.meta
-        rows = plan.upserts
-        if len(rows) < 1:
-            return ""
+        operator needs the key (and the event that set it) to decide what to fix. Searched after the failed
+        transaction rolled back (its locks would stall the search), each try in a transaction of its own that
+        is rolled back too; '' when no single row fails alone (a row that failed only next to earlier rows of
+        the window) or the search itself fails."""
 
-        def refused(part: list[dict]) -> bool:
+        def attempt(sub: BatchPlan) -> str | None:
             with self.engine.connect() as conn:
                 tx = conn.begin()
                 try:
                     self.sink.begin(conn)
-                    self.sink.write(conn, BatchPlan(meta, upserts=part))
-                    return False
-                except Exception:
-                    return True
+                    self.sink.write(conn, sub)
+                    return None
+                except Exception as exc:
+                    return db_reason(exc)
                 finally:
                     if tx.is_active:
                         tx.rollback()
 
         try:
-            if not refused(rows):
-                return ""
-            while len(rows) > 1:
-                half = rows[: len(rows) // 2]
-                rows = half if refused(half) else rows[len(rows) // 2:]
-            if not refused(rows):
-                return ""
+            found = _find_refused(plan, attempt)
         except Exception:  # the search is a courtesy: the original error is what counts
             return ""
-        key = tuple(rows[0].get(k) for k in meta.key)
-        where = next((ch.position for ch in reversed(changes)
-                      if ch.after is not None and tuple(ch.after.get(k) for k in meta.key) == key), None)
+        if found is None:
+            return ""
+        key, _ = found
+        meta = plan.meta
+        where = next((ch.position for ch in reversed(changes) if key_text(key) in keys_of(ch, meta.key)), None)
         shown_key = ", ".join(f"{k}={v!r:.80}" for k, v in zip(meta.key, key))
         return f". The refused row: {shown_key}" + (f" (set by the event at {where})" if where else "")
 
@@ -416,6 +539,7 @@ class Applier:
         t.rows += s.rows
         t.ddls += s.ddls
         t.ddls_skipped += s.ddls_skipped
+        t.quarantined_rows += s.quarantined_rows
         t.transactions += s.transactions
         for k, v in s.tables.items():
             t.tables[k] = t.tables.get(k, 0) + v

@@ -1,4 +1,8 @@
-"""``applier``: run / status / migrate / validate / jars / demo.
+"""``applier``: run / status / migrate / validate / verify / quarantine / jars / demo.
+
+``applier quarantine list|show|retry|discard`` works on the row changes the target refused and the changes held
+behind them (applier/redrive.py): exit 0 done, 1 nothing matched, 2 a bad option, 4 the retry failed again (the
+changes stay held with the new reason), 5 the target is unreachable, 6 fenced.
 
 Exit codes: 0 done; 2 configuration error (the message names the key) or a missing prerequisite such as Java
 (the message names the command that installs it); 3 undecodable message (names topic,
@@ -13,9 +17,12 @@ import argparse
 import json
 import logging
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from applier.config import ConfigError, Settings, load_config
+
+if TYPE_CHECKING:
+    from applier.redrive import Selection
 
 EXIT_CONFIG = 2
 EXIT_DECODE = 3
@@ -71,7 +78,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         rev = migrate.upgrade(engine)
     finally:
         engine.dispose()
-    print(f"applier tables at revision {rev} in {settings.target.url_redacted()}")
+    print(f"applier tables at revision {rev} in {settings.target.url_redacted}")
     return 0
 
 
@@ -91,6 +98,136 @@ def cmd_jars(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from applier.devtools.demo import demo
     return demo(target=args.target, protocol=args.protocol)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Without --upstream: check the applier's own tables. With it: compare the replica with the upstream, chunk
+    by chunk (applier/verify/; docs/verify.md). Exit 0 equal/consistent, 1 differences/problems, 2 a
+    bad option, 5 the upstream is unreachable."""
+    from applier import verify as vr
+    from applier.dialect import dialect_for
+    from applier.pipeline import decoder_for, make_engine, router_for
+    settings = _load(args.config)
+    gated = decoder_for(settings).gated
+    if args.chunk_rows < 1:
+        raise ConfigError("--chunk-rows", f"must be >= 1, got {args.chunk_rows}", source="command line")
+    up_url = None if args.upstream is None else vr.upstream_url(args.upstream, password_env=args.upstream_password_env)
+    if up_url is None and args.fix_sql:
+        raise ConfigError("--fix-sql", "needs --upstream (the rows to write come from the upstream)",
+                          source="command line")
+    engine = make_engine(settings)
+    try:
+        dialect = dialect_for(engine)
+        if up_url is None:
+            findings = vr.check_applier_tables(
+                engine, pipeline=settings.pipeline.name, gated=gated,
+                subscribed=vr.topic_matcher(settings.source.topics, settings.source.topic_pattern))
+            print(f"verify the applier's tables in {settings.target.url_redacted} (no --upstream: the replica's "
+                  "rows are not compared)")
+            print(vr.format_findings(findings))
+            return 1 if any(f.problem for f in findings) else 0
+        try:
+            upstream = vr.connect_upstream(up_url)
+        except vr.UpstreamUnreachable as exc:
+            print(f"stopped: {exc}", file=sys.stderr)
+            return EXIT_TARGET
+        try:
+            fix = None
+            if args.fix_sql:
+                fix = (vr.literal_dialect(engine), dialect.value_converter)
+            res = vr.verify(engine, upstream, pipeline=settings.pipeline.name, router=router_for(settings),
+                            writer=dialect.writer(), gated=gated,
+                            upstream_shown=up_url.render_as_string(hide_password=True),
+                            replica_shown=settings.target.url_redacted, chunk_rows=args.chunk_rows, fix=fix)
+        except vr.VerifyError as exc:
+            print(f"stopped: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            upstream.dispose()
+        print(vr.format_report(res, max_keys=args.max_keys))
+        if fix is not None:
+            n = vr.write_fix_sql(args.fix_sql, res, engine, fix[0])
+            print(f"fix-up SQL: {n} statement(s) written to {args.fix_sql}")
+        return 1 if res.differences else 0
+    finally:
+        engine.dispose()
+
+
+def _selection(args: argparse.Namespace) -> "Selection":
+    from applier.redrive import Selection, parse_key, parse_table
+    return Selection(table=None if args.table is None else parse_table(args.table),
+                     row_key=None if args.key is None else parse_key(args.key),
+                     ids=tuple(dict.fromkeys(args.id or ())), everything=args.all)
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    """Held row changes and quarantined messages: list, show, retry, discard (applier/redrive.py). This only
+    parses and prints; exit codes: 0 done, 1 nothing matched, 2 a bad option, 4 the retry failed again, 5 the
+    target is unreachable, 6 fenced (another claim of the pipeline's writer epoch won meanwhile)."""
+    from applier import redrive as rd
+    from applier import redrive_text as rt
+    from applier.pipeline import make_engine
+    settings = _load(args.config)
+    if getattr(args, "limit", 1) < 1:
+        raise ConfigError("--limit", f"must be >= 1, got {args.limit}", source="command line")
+    sel = _selection(args) if args.action in ("retry", "discard") else None
+    if args.action == "discard" and not (args.reason or "").strip():
+        raise ConfigError("--reason", "discard needs --reason TEXT saying why these changes are given up (it is "
+                          "recorded with them)", source="command line")
+    if sel is not None:
+        sel.check(args.action)
+    engine = make_engine(settings)
+    try:
+        red = rd.Redrive.from_settings(engine, settings)
+        try:
+            if args.action == "list":
+                ls = red.listing(state=args.state, table=None if args.table is None else rd.parse_table(args.table),
+                                 row_key=None if args.key is None else rd.parse_key(args.key))
+                if args.json:
+                    print(json.dumps(ls.as_json(), indent=2, default=str))
+                else:
+                    print(f"quarantine of pipeline {settings.pipeline.name} in {settings.target.url_redacted}")
+                    print(rt.format_listing(ls, limit=args.limit, config=args.config))
+                return 1 if ls.empty else 0
+            if args.action == "show":
+                if args.message:
+                    m = red.message(args.id)
+                    print(json.dumps({**m.as_json(), "key_preview": rt.safe_preview(m.key, args.preview),
+                                      "value_preview": rt.safe_preview(m.value, args.preview)}, indent=2)
+                          if args.json else rt.format_message(m, preview=args.preview))
+                else:
+                    h = red.held(args.id)
+                    print(json.dumps(rt.held_json(h), indent=2) if args.json else rt.format_held(h))
+                return 0
+            if args.action == "retry":
+                res = red.retry(sel)
+                missing = red.missing_ids(sel, res.groups)
+                print(rt.format_retry(res))
+                if missing:
+                    print(f"note: --id {' '.join(map(str, missing))} picked no held change (already resolved, or "
+                          "not this pipeline's)", file=sys.stderr)
+                return 0
+            res_d = red.discard(sel, reason=args.reason)
+            missing = red.missing_ids(sel, res_d.groups)
+            print(rt.format_discard(res_d, config=args.config))
+            if missing:
+                print(f"note: --id {' '.join(map(str, missing))} picked no held change (already resolved, or not "
+                      "this pipeline's)", file=sys.stderr)
+            return 0
+        except rd.RetryFailed as exc:
+            print(f"retry failed: {exc}", file=sys.stderr)
+            n = sum(len(g.rows) for g in exc.groups)
+            print(f"nothing was applied (the transaction rolled back): the {n} change(s) of {len(exc.groups)} key(s) "
+                  f"stay held, {len(exc.renoted)} of them with this reason. Fix the cause (the target table, the "
+                  "config, the applier), then retry again, or give them up with `applier quarantine discard ... "
+                  "--reason TEXT`", file=sys.stderr)
+            return EXIT_APPLY
+        except rd.RedriveError as exc:
+            print(f"{'nothing matched' if isinstance(exc, rd.NothingMatched) else 'stopped'}: {exc}",
+                  file=sys.stderr)
+            return exc.code
+    finally:
+        engine.dispose()
 
 
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -139,6 +276,44 @@ def build_parser() -> argparse.ArgumentParser:
     j = sub.add_parser("jars", help="resolve (once, with Maven) and print Spark's Kafka source jars, comma-separated "
                        "(for spark-submit --jars)")
     j.set_defaults(fn=cmd_jars)
+    vf = sub.add_parser("verify", help="compare the replica with the upstream TiDB/MySQL chunk by chunk (--upstream), "
+                        "or check the applier's own tables (without it)")
+    vf.add_argument("-c", "--config", required=True)
+    vf.add_argument("--upstream", metavar="URL", help="the upstream, e.g. mysql+pymysql://user@tidb:4000/ (TiDB is "
+                    "read at the replica's applied resolved ts)")
+    vf.add_argument("--upstream-password-env", metavar="VAR", help="environment variable holding the upstream password")
+    vf.add_argument("--chunk-rows", type=int, default=10_000, help="upstream rows per checksum chunk (default 10000)")
+    vf.add_argument("--fix-sql", metavar="FILE", help="write idempotent SQL that makes the replica equal the upstream")
+    vf.add_argument("--max-keys", type=int, default=20, help="differing keys listed per table and kind (default 20)")
+    vf.set_defaults(fn=cmd_verify)
+    q = sub.add_parser("quarantine", help="held row changes the target refused (and the changes held behind them), "
+                       "and quarantined messages: list, show, retry, discard")
+    qs = q.add_subparsers(dest="action", required=True)
+    ql = qs.add_parser("list", help="held changes grouped by blocked key, and the quarantined messages")
+    qsh = qs.add_parser("show", help="one held change in full (or, with --message, one quarantined message)")
+    qr = qs.add_parser("retry", help="apply every held change of the selected keys, in commit order, in one "
+                       "transaction (requires a filter or --all)")
+    qd = qs.add_parser("discard", help="give up every held change of the selected keys (requires a filter or "
+                       "--all, and --reason)")
+    for a in (ql, qsh, qr, qd):
+        a.add_argument("-c", "--config", required=True)
+    ql.add_argument("--state", choices=["held", "retried", "discarded", "skipped", "all"], default="held",
+                    help="which changes (default held)")
+    for a in (ql, qr, qd):
+        a.add_argument("--table", metavar="SCHEMA.TABLE", help="the upstream table, as list shows it")
+        a.add_argument("--key", metavar="JSON", help="the row key as list shows it, e.g. '[7]' or '[1,\"a\"]'")
+    ql.add_argument("--json", action="store_true", help="machine-readable output")
+    ql.add_argument("--limit", type=int, default=50, help="keys and messages listed (default 50; --json lists all)")
+    qsh.add_argument("id", type=int, metavar="ID", help="the id list shows")
+    qsh.add_argument("--message", action="store_true", help="ID is a quarantined (undecodable) message's")
+    qsh.add_argument("--preview", type=int, default=400, help="bytes of a message's key/value shown, escaped")
+    qsh.add_argument("--json", action="store_true", help="machine-readable output")
+    for a in (qr, qd):
+        a.add_argument("--id", type=int, nargs="+", action="extend", metavar="N",
+                       help="held change ids (their whole keys are taken)")
+        a.add_argument("--all", action="store_true", help="every held change of the pipeline")
+    qd.add_argument("--reason", help="why they are given up (required; recorded with them)")
+    q.set_defaults(fn=cmd_quarantine)
     d = sub.add_parser("demo", help="start local Kafka and a database, write a sample TiCDC stream, apply it")
     d.add_argument("--target", choices=["mariadb", "postgres"], default="mariadb")
     d.add_argument("--protocol", choices=["open", "canal-json"], default="canal-json")

@@ -45,6 +45,7 @@ Example (every key; see ``conf/*.toml``)::
     batch_rows = 5000
     retry_seconds = 300                   # transient target faults are retried this long; 0: never
     on_unsupported_ddl = "stop"           # stop | skip
+    on_apply_error = "stop"               # stop | quarantine (hold the row and its key) | skip (record, go on)
     shard_ddl = "stop"                    # stop | skip: a DROP/TRUNCATE/RENAME/DROP INDEX of one shard of a merged table
     schema = ""                           # default target schema for unrouted tables
 
@@ -208,7 +209,8 @@ _PIPELINE_KEYS = (
     "decode_on",
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka", "codec")
-_TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "shard_ddl", "schema", "retry_seconds")
+_TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
+                "retry_seconds")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore")
 
@@ -403,6 +405,7 @@ class TargetSettings(_RedactedRepr):
     password_env: str | None = None
     batch_rows: int = 5000
     on_unsupported_ddl: str = "stop"  # stop | skip
+    on_apply_error: str = "stop"  # stop | quarantine | skip: a row change the target refuses
     shard_ddl: str = "stop"  # stop | skip: a shard's destructive DDL on a table that routes merge
     schema: str = ""
     retry_seconds: int = 300  # how long transient target faults are retried (0: never)
@@ -431,6 +434,7 @@ class TargetSettings(_RedactedRepr):
             "password_env": self.password_env,
             "batch_rows": self.batch_rows,
             "on_unsupported_ddl": self.on_unsupported_ddl,
+            "on_apply_error": self.on_apply_error,
             "shard_ddl": self.shard_ddl,
             "schema": self.schema,
             "retry_seconds": self.retry_seconds,
@@ -913,6 +917,7 @@ class _Parser:
             url = url.set(password=password)
         batch_rows = self.positive_int(d, p, "batch_rows", 5000, 5000)
         on_ddl = self.choice(d, p, "on_unsupported_ddl", ("stop", "skip"), "stop")
+        on_apply = self.choice(d, p, "on_apply_error", ("stop", "quarantine", "skip"), "stop")
         shard_ddl = self.choice(d, p, "shard_ddl", ("stop", "skip"), "stop")
         retry = self.get(d, p, "retry_seconds", int, hint="retry_seconds = 300", default=300)
         if retry < 0:
@@ -927,6 +932,7 @@ class _Parser:
             password_env=password_env,
             batch_rows=batch_rows,
             on_unsupported_ddl=on_ddl,
+            on_apply_error=on_apply,
             shard_ddl=shard_ddl,
             schema=schema,
             retry_seconds=retry,

@@ -383,7 +383,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
-        shard_ddl=settings.target.shard_ddl,
+        shard_ddl=settings.target.shard_ddl, on_apply_error=settings.target.on_apply_error,
         guard=guard, timer=timer, dialect=dialect,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)

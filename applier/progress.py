@@ -98,6 +98,27 @@ quarantine = Table(
     Index("uq_applier_quarantine_position", "pipeline", "topic", "kafka_partition", "kafka_offset", unique=True),
 )
 
+quarantined_rows = Table(
+    "applier_quarantined_rows", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("pipeline", String(64), nullable=False),
+    Column("source_schema", String(64), nullable=False),
+    Column("source_table", String(64), nullable=False),
+    Column("row_key", String(1024), nullable=False),
+    Column("commit_ts", BigInteger, nullable=False),
+    Column("topic", String(249), nullable=False),
+    Column("kafka_partition", Integer, nullable=False),
+    Column("kafka_offset", BigInteger, nullable=False),
+    Column("kind", String(16), nullable=False),  # refused | blocked
+    Column("state", String(16), nullable=False),  # held | retried | discarded | skipped
+    Column("reason", Text, nullable=False),
+    Column("event", Text, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    Column("resolved_at", DateTime, nullable=True),
+    Column("resolved_by", String(255), nullable=True),
+    Column("note", Text, nullable=True),
+)
+
 schemas = Table(
     "applier_schemas", metadata,
     Column("schema_name", String(64), primary_key=True),

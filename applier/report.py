@@ -6,10 +6,13 @@ import sys
 import time
 from typing import Any
 
-from sqlalchemy import inspect, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from applier import progress as p
+from applier.quarantine import HELD, RowQuarantine
+from applier.sinks.table import shown
 
 
 def tso_physical_ms(ts: int) -> int:
@@ -63,8 +66,10 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "") -> dict[str,
             ddl_counts[r[0]] = ddl_counts.get(r[0], 0) + 1
         quarantined = len(conn.execute(select(p.quarantine.c.id).where(p.quarantine.c.pipeline == pipeline)).all())
         writer = _writer(conn, pipeline)
+    held = held_rows(engine, pipeline)
     if pl is None:
-        return {"pipeline": pipeline, "exists": False, "consistency": consistency, "writer": writer}
+        return {"pipeline": pipeline, "exists": False, "consistency": consistency, "writer": writer,
+                "quarantined_rows": held}
     resolved = min((int(r["resolved_ts"]) for r in parts), default=0)
     return {
         "pipeline": pipeline,
@@ -80,6 +85,7 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "") -> dict[str,
         "updated_at": pl["updated_at"].isoformat() + "Z",
         "ddl": ddl_counts,
         "quarantined_messages": quarantined,
+        "quarantined_rows": held,
         "writer": writer,
         "partitions": [
             {"topic": r["topic"], "partition": int(r["kafka_partition"]), "restart_offset": int(r["restart_offset"]),
@@ -92,6 +98,48 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "") -> dict[str,
             for r in tabs
         ],
     }
+
+
+FIRST_BLOCKED_KEYS = 5
+
+
+def held_rows(engine: Engine, pipeline: str, first: int = FIRST_BLOCKED_KEYS) -> dict[str, Any] | None:
+    """Held row changes and blocked keys (applier.quarantine), with the first few blocked keys in commit order;
+    None for tables before revision 0010 or when they cannot be read: status must not need a migration, and it
+    reads them on a connection of its own so a failure here cannot spoil the rest."""
+    rows = p.quarantined_rows
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table(rows.name):
+                return None
+            held, keys = RowQuarantine(pipeline).counts(conn)
+            oldest = func.min(rows.c.commit_ts)
+            firsts = conn.execute(
+                select(rows.c.source_schema, rows.c.source_table, rows.c.row_key, func.count(), oldest)
+                .where(rows.c.pipeline == pipeline, rows.c.state == HELD)
+                .group_by(rows.c.source_schema, rows.c.source_table, rows.c.row_key)
+                .order_by(oldest, rows.c.source_schema, rows.c.source_table, rows.c.row_key)
+                .limit(first)).all() if held else []
+    except SQLAlchemyError:
+        return None
+    return {"held_changes": held, "blocked_keys": keys,
+            "first_blocked": [{"table": f"{s}.{t}", "key": k, "changes": int(n), "first_commit_ts": int(ts)}
+                              for s, t, k, n, ts in firsts]}
+
+
+def _held_line(h: dict[str, Any] | None) -> list[str]:
+    if h is None:
+        return []
+    if not h["held_changes"]:
+        return ["  held row changes: none"]
+    keys = ", ".join(f"{shown(k['table'])} {_printable(k['key'])}" for k in h["first_blocked"])
+    more = ", …" if h["blocked_keys"] > len(h["first_blocked"]) else ""
+    return [f"  held row changes: {h['held_changes']} under {h['blocked_keys']} blocked key(s): {keys}{more} "
+            "(applier quarantine list)"]
+
+
+def _printable(s: str) -> str:
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
 
 
 def _writer(conn: Any, pipeline: str) -> dict[str, Any] | None:
@@ -119,8 +167,8 @@ def _writer_line(w: dict[str, Any] | None) -> str:
 
 def format_status(st: dict[str, Any]) -> str:
     if not st.get("exists"):
-        return (f"pipeline {st['pipeline']}: no progress recorded yet (it has never applied a batch)\n"
-                + _writer_line(st.get("writer")))
+        return "\n".join([f"pipeline {st['pipeline']}: no progress recorded yet (it has never applied a batch)",
+                          _writer_line(st.get("writer")), *_held_line(st.get("quarantined_rows"))])
     lines = [
         f"pipeline {st['pipeline']} ({st['protocol']}, {st['consistency']})",
         f"  applied resolved ts  {st['applied_ts']}  (lag {st['applied_lag_seconds']} s)",
@@ -128,6 +176,7 @@ def format_status(st: dict[str, Any]) -> str:
         f"  batches {st['batches']}, rows applied {st['rows_applied']}, DDL {st['ddl'] or {}}, "
         f"quarantined {st['quarantined_messages']}, updated {st['updated_at']}",
         _writer_line(st.get("writer")),
+        *_held_line(st.get("quarantined_rows")),
         "  partitions:",
     ]
     for r in st["partitions"]:

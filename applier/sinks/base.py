@@ -86,6 +86,13 @@ class Sink(abc.ABC):
     def begin(self, conn: Connection) -> None:
         """Called at the start of every transaction the applier opens on ``conn``."""
 
+    def savepoint_state(self, conn: Connection) -> Any:
+        """What the writer remembers about the open transaction, taken before a savepoint (see rolled_back_to)."""
+        return None
+
+    def rolled_back_to(self, conn: Connection, state: Any) -> None:
+        """The transaction rolled back to a savepoint taken with ``state``: forget what was made after it."""
+
     @abc.abstractmethod
     def own_schema(self, conn: Connection) -> str:
         """The schema (MySQL: database) that holds the applier's own tables: the connection's default one,

@@ -68,6 +68,12 @@ class PostgresSink(Sink):
     def begin(self, conn: Connection) -> None:
         conn.info.pop("applier_stages", None)  # the ON COMMIT DROP staging tables died with the last transaction
 
+    def savepoint_state(self, conn: Connection) -> Any:
+        return frozenset(conn.info.get("applier_stages", ()))
+
+    def rolled_back_to(self, conn: Connection, state: Any) -> None:
+        conn.info["applier_stages"] = set(state)  # staging tables created after the savepoint are gone
+
     def _stage(self, conn: Connection, meta: TableMeta, kind: str, cols: tuple[str, ...]) -> tuple[Table, str]:
         digest = hashlib.sha1(f"{meta.schema}\x00{meta.name}\x00{kind}\x00{','.join(cols)}".encode()).hexdigest()[:16]
         name = f"applier_{kind}_{digest}"

@@ -12,7 +12,7 @@ from applier.apply import Applier
 from applier.dialect import MySQLDialect
 from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
 from applier.gate import Gate
-from applier.progress import ddl_key
+from applier.progress import ddl_key, metadata
 from applier.sinks.plan import BatchPlan
 from applier.sinks.table import ApplyError, build_meta
 from applier.timing import StageTimer
@@ -52,6 +52,12 @@ class FakeSink:
         cols = [(r[1], True, False) for r in conn.exec_driver_sql(f"PRAGMA table_info({name})")]
         return build_meta(schema, name, cols, (cols[0][0],), [])
 
+    def savepoint_state(self, conn) -> None:
+        return None
+
+    def rolled_back_to(self, conn, state) -> None:
+        pass
+
     def own_schema(self, conn) -> str:
         return "applier_home"
 
@@ -80,6 +86,8 @@ class FakeDialect(MySQLDialect):
 
 
 class FakeStore:
+    pipeline = "p"
+
     def __init__(self, log: list) -> None:
         self.log = log
         self.ddl: dict[str, str] = {}  # ddl key -> history state
@@ -124,6 +132,7 @@ class Recorder(StageTimer):
 def setup(sink: FakeSink, timer: StageTimer | None = None, *, transactional: bool = False,
           **kw) -> tuple[Applier, Gate]:
     engine = create_engine("sqlite://")  # one in-memory database per test (the pool keeps its connection)
+    metadata.create_all(engine)  # the applier's own tables (the quarantine of row changes is real here)
     gate = Gate(partitions=[("k", 0)], applied_ts=0, partition_resolved={})
     if timer is not None:
         kw["timer"] = timer
@@ -318,7 +327,7 @@ def test_a_shard_seen_only_in_this_run_counts_and_a_lone_table_is_dropped_as_usu
     ap.store.sources = [("s", "lone"), ("s", "shard1")]
     release_ddl(ap, gate, DDL("s", "lone", 20, "DROP TABLE lone", SourcePosition("k", 0, 0)), 20)
     with ap.engine.connect() as c:  # not merged: it runs
-        assert [r[0] for r in c.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["t"]
+        assert [r[0] for r in c.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'applier%'")] == ["t"]
     shard2 = RowChange("s", "shard2", 30, Op.INSERT, None, {"id": 1, "v": 1}, COLS, SourcePosition("k", 0, 2))
     gate.add([shard2, Resolved(30, SourcePosition("k", 0, 3))])
     ap.apply(gate.release())  # shard2's rows reach main.t in this run
@@ -359,3 +368,61 @@ def test_a_shards_reshaping_alter_stops_and_an_additive_one_applies_once_for_all
     release_ddl(ap, gate, second, 30)  # SQLite, like MySQL, has no ADD COLUMN IF NOT EXISTS: run twice, it fails
     assert columns(ap) == ["id", "v", "w"] and gate.applied_ts == 30
     assert ap.store.ddl == {ddl_key(first): "done", ddl_key(second): "skipped"}
+
+
+# ---- rows the target refuses: on_apply_error = quarantine | skip -------------------------------------------
+
+def held(ap: Applier) -> list[tuple[str, str, str, int]]:
+    with ap.engine.connect() as c:
+        return [(h.row_key, h.kind, h.state, h.commit_ts)
+                for h in ap.rows_quarantine.find(c, states=("held", "skipped"))]
+
+
+def test_a_refused_row_is_held_with_every_later_change_of_its_key_and_the_rest_applies() -> None:
+    sink = FakeSink(refuse_key=7)
+    ap, gate = setup(sink, on_apply_error="quarantine")
+    gate.add([row(10, i, i, i * 10) for i in range(12)] + [Resolved(10, SourcePosition("k", 0, 12))])
+    stats = ap.apply(gate.release())
+    writes = [w for e, w in sink.log if e == "write"]
+    assert writes[-1] == ([], [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11])  # everything but key 7, in one transaction
+    assert held(ap) == [("[7]", "refused", "held", 10)] and stats.quarantined_rows == 1
+    assert sink.log[-1] == ("save", 10) and gate.applied_ts == 10
+    sink.refuse_key = None  # the target would take it now: it is still held, and so is the next change of 7
+    gate.add([row(11, 13, 7, 71), row(11, 14, 8, 81), Resolved(11, SourcePosition("k", 0, 15))])
+    ap.apply(gate.release())
+    assert [w for e, w in sink.log if e == "write"][-1] == ([], [8])
+    assert held(ap) == [("[7]", "refused", "held", 10), ("[7]", "blocked", "held", 11)]
+    with ap.engine.connect() as c:
+        assert ap.rows_quarantine.counts(c) == (2, 1)  # held changes, blocked keys (applier status)
+    ap2, gate2 = setup(FakeSink(), on_apply_error="stop")  # a new run (any policy) reloads the blocked keys
+    ap2.engine, ap2.rows_quarantine = ap.engine, ap.rows_quarantine
+    gate2.add([row(12, 16, 7, 72), Resolved(12, SourcePosition("k", 0, 17))])
+    ap2.apply(gate2.release())
+    assert held(ap)[-1] == ("[7]", "blocked", "held", 12) and not [e for e in ap2.sink.log if e[0] == "write"]
+
+
+def test_under_skip_a_refused_row_is_recorded_and_later_changes_of_its_key_apply() -> None:
+    sink = FakeSink(refuse_key=3)
+    ap, gate = setup(sink, on_apply_error="skip")
+    gate.add([row(10, i, i, i) for i in range(5)] + [Resolved(10, SourcePosition("k", 0, 5))])
+    ap.apply(gate.release())
+    assert held(ap) == [("[3]", "refused", "skipped", 10)]
+    sink.refuse_key = None
+    gate.add([row(11, 6, 3, 33), Resolved(11, SourcePosition("k", 0, 7))])
+    ap.apply(gate.release())
+    assert [w for e, w in sink.log if e == "write"][-1] == ([], [3])
+
+
+def test_rows_that_fail_only_together_stop_the_run_even_under_quarantine() -> None:
+    class Together(FakeSink):
+        def write(self, conn, plan: BatchPlan) -> None:
+            if len(plan.upserts) > 1:
+                raise ValueError("deadlock between rows")
+            super().write(conn, plan)
+
+    sink = Together()
+    ap, gate = setup(sink, on_apply_error="quarantine")
+    gate.add([row(10, 0, 1, 1), row(10, 1, 2, 2), Resolved(10, SourcePosition("k", 0, 2))])
+    with pytest.raises(ApplyError, match="no single row fails on its own"):
+        ap.apply(gate.release())
+    assert held(ap) == [] and gate.applied_ts == 0
