@@ -111,6 +111,7 @@ class Applier:
                  batch_rows: int = 5000, on_unsupported_ddl: str = "stop", shard_ddl: str = "stop",
                  on_apply_error: str = "stop", chunk_events: int = CHUNK_EVENTS,
                  replace_mode: bool = False, ddl_scope: Callable[[str, str], bool] | None = None,
+                 apply_error_policy: Callable[[str, str], str | None] | None = None,
                  timer: StageTimer = NO_TIMING) -> None:
         self.engine = engine
         self.dialect = dialect
@@ -124,6 +125,8 @@ class Applier:
         self.on_unsupported_ddl = on_unsupported_ddl
         self.shard_ddl = shard_ddl
         self.on_apply_error = on_apply_error  # stop | quarantine | skip (applier.quarantine)
+        # a [[route]] rule's own on_apply_error for the tables it decides (None: the one above)
+        self.apply_error_policy = apply_error_policy or (lambda schema, table: None)
         self.rows_quarantine = RowQuarantine(store.pipeline)
         # upstream (schema, table) -> its keys with held changes; loaded at the first transaction, dropped
         # whenever one rolls back (it may have added keys that were never committed)
@@ -215,8 +218,9 @@ class Applier:
             blocked = self._blocked.get((schema, table)) if self._blocked else None
             if blocked:
                 changes = self._hold_blocked(conn, meta, changes, blocked, stats)
-            if self.on_apply_error != "stop":
-                changes = self._write_setting_aside(conn, meta, changes, stats)
+            policy = self.apply_error_policy(schema, table) or self.on_apply_error
+            if policy != "stop":
+                changes = self._write_setting_aside(conn, meta, changes, stats, policy)
             else:
                 self._write(conn, meta, changes)
             tp = progress.setdefault((schema, table), TableProgress(*target))
@@ -265,7 +269,7 @@ class Applier:
         return keep
 
     def _write_setting_aside(self, conn: Connection, meta: TableMeta, changes: list[RowChange],
-                             stats: ApplyStats) -> list[RowChange]:
+                             stats: ApplyStats, policy: str) -> list[RowChange]:
         """Write the changes; when the target refuses the batch, find the refused row (by halves, each try in a
         savepoint that is rolled back), set every change of its key in this batch aside (quarantine: held, and
         the key blocked for later changes; skip: recorded as skipped), and write the rest again."""
@@ -290,7 +294,7 @@ class Applier:
             refused_key, reason = key_text(found[0]), found[1]
             aside = [ch for ch in changes if refused_key in keys_of(ch, meta.key)]
             changes = [ch for ch in changes if refused_key not in keys_of(ch, meta.key)]
-            state = "skipped" if self.on_apply_error == "skip" else "held"
+            state = "skipped" if policy == "skip" else "held"
             blocked = self._blocked.setdefault((aside[0].schema, aside[0].table), set()) if state == "held" else None
             for i, ch in enumerate(aside):
                 ks = keys_of(ch, meta.key)

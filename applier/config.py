@@ -76,7 +76,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from applier.routing import MAX_NAME_LENGTH, Rule, RuleError
+from applier.routing import APPLY_ERROR_POLICIES, MAX_NAME_LENGTH, Rule, RuleError
 
 __all__ = [
     "ConfigError",
@@ -212,7 +212,7 @@ _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "sta
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
                 "retry_seconds")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
-_ROUTE_KEYS = ("match", "schema", "table", "ignore")
+_ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error")
 
 
 _URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -465,6 +465,7 @@ class RouteSettings(_RedactedRepr):
     schema: str | None = None
     table: str | None = None
     ignore: bool = False
+    on_apply_error: str | None = None
 
     def redacted(self) -> dict[str, Any]:
         out: dict[str, Any] = {"match": self.match}
@@ -474,6 +475,8 @@ class RouteSettings(_RedactedRepr):
             out["table"] = self.table
         if self.ignore:
             out["ignore"] = True
+        if self.on_apply_error is not None:
+            out["on_apply_error"] = self.on_apply_error
         return out
 
 
@@ -508,7 +511,7 @@ class Settings(_RedactedRepr):
             "target": self.target.redacted(),
             "spark": self.spark.redacted(),
             "route": [
-                RouteSettings(r.match, r.schema, r.table, r.ignore).redacted() for r in self.routes
+                RouteSettings(r.match, r.schema, r.table, r.ignore, r.on_apply_error).redacted() for r in self.routes
             ],
         }
 
@@ -917,7 +920,7 @@ class _Parser:
             url = url.set(password=password)
         batch_rows = self.positive_int(d, p, "batch_rows", 5000, 5000)
         on_ddl = self.choice(d, p, "on_unsupported_ddl", ("stop", "skip"), "stop")
-        on_apply = self.choice(d, p, "on_apply_error", ("stop", "quarantine", "skip"), "stop")
+        on_apply = self.choice(d, p, "on_apply_error", APPLY_ERROR_POLICIES, "stop")
         shard_ddl = self.choice(d, p, "shard_ddl", ("stop", "skip"), "stop")
         retry = self.get(d, p, "retry_seconds", int, hint="retry_seconds = 300", default=300)
         if retry < 0:
@@ -974,13 +977,15 @@ class _Parser:
             schema = self.get(entry, key, "schema", str, hint='schema = "{schema}_copy"', default=None)
             table = self.get(entry, key, "table", str, hint='table = "{table}"', default=None)
             ignore = self.get(entry, key, "ignore", bool, hint="ignore = true", default=None)
+            on_apply = self.get(entry, key, "on_apply_error", str, hint='on_apply_error = "quarantine"', default=None)
             if ignore is False and match.strip(" \t").startswith("!"):
                 raise self.error(
                     f"{key}.ignore",
                     "contradicts the leading '!' in match (which means ignore); drop one of them",
                 )
             try:
-                rules.append(Rule(match, schema=schema, table=table, ignore=bool(ignore), name=key))
+                rules.append(Rule(match, schema=schema, table=table, ignore=bool(ignore), name=key,
+                                  on_apply_error=on_apply))
             except RuleError as exc:
                 raise self.error(f"{key}.{exc.field}", f"{exc.message} (in match = {match!r})") from None
         return tuple(rules)

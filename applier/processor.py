@@ -44,7 +44,7 @@ class BatchProcessor:
                  partitions: Iterable[tuple[str, int]], on_decode_error: str = "stop",
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
                  on_unsupported_ddl: str = "stop", shard_ddl: str = "stop", on_apply_error: str = "stop",
-                 ddl_scope=None, guard: DriverDecodeGuard | None = None,
+                 apply_error_policy=None, ddl_scope=None, guard: DriverDecodeGuard | None = None,
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None) -> None:
         self.timer = timer
         self.decoder = decoder
@@ -64,7 +64,7 @@ class BatchProcessor:
             self.gate.next_offsets[tp] = cp.restart_offset
         self.applier = Applier(engine, dialect or dialect_for(engine), route, store, batch_rows=batch_rows,
                                on_unsupported_ddl=on_unsupported_ddl, shard_ddl=shard_ddl,
-                               on_apply_error=on_apply_error,
+                               on_apply_error=on_apply_error, apply_error_policy=apply_error_policy,
                                replace_mode=not self.gate.gated,
                                ddl_scope=ddl_scope, timer=timer)
         self.batches = 0

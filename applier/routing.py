@@ -305,6 +305,9 @@ def _check_template(key: str, template: str) -> frozenset[str]:
 # Rules and the router
 # --------------------------------------------------------------------------------------------------
 
+#: what happens to a row change the target refuses (applier.apply, applier.quarantine)
+APPLY_ERROR_POLICIES = ("stop", "quarantine", "skip")
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -314,8 +317,9 @@ class Rule:
     ``schema``/``table`` are optional rename templates with ``{schema}`` and ``{table}``; ``None``
     keeps the upstream name (``target.schema`` only applies to tables that no rule matches, so a
     rule that renames only the table keeps the upstream schema name). ``name`` labels the rule in
-    error messages (``route[2]``). Construction compiles the pattern once and raises
-    :class:`RuleError` when the rule is invalid.
+    error messages (``route[2]``). ``on_apply_error`` overrides ``[target] on_apply_error`` for the tables
+    this rule decides. Construction compiles the pattern once and raises :class:`RuleError` when the rule is
+    invalid.
     """
 
     match: str
@@ -323,6 +327,7 @@ class Rule:
     table: str | None = None
     ignore: bool = False
     name: str = ""
+    on_apply_error: str | None = None
     _schema_m: _Matcher = field(init=False, repr=False, compare=False)
     _table_m: _Matcher = field(init=False, repr=False, compare=False)
     _schema_fields: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -337,6 +342,12 @@ class Rule:
             schema_fields = _check_template("schema", self.schema)
         if self.table is not None:
             _check_template("table", self.table)
+        if self.on_apply_error is not None and self.on_apply_error not in APPLY_ERROR_POLICIES:
+            raise RuleError("on_apply_error", f"must be one of {', '.join(APPLY_ERROR_POLICIES)}, "
+                                              f"got {self.on_apply_error!r}")
+        if ignore and self.on_apply_error is not None:
+            raise RuleError("on_apply_error", "this rule ignores what it matches, so nothing of it is applied; "
+                                              "drop on_apply_error")
         if ignore and (self.schema is not None or self.table is not None):
             key = "schema" if self.schema is not None else "table"
             why = "its match starts with '!'" if excluded else "it has ignore = true"
@@ -455,6 +466,13 @@ class Router:
             if rule.matches_schema(schema) if table == "" else rule.matches(schema, table):
                 return self._route(schema, table) is not None
         return False
+
+    def apply_error_policy(self, schema: str, table: str) -> str | None:
+        """The ``on_apply_error`` of the rule that decides this table, or None (then ``[target]``'s applies)."""
+        for rule in reversed(self._rules):
+            if rule.matches(schema, table):
+                return rule.on_apply_error
+        return None
 
     def _route(self, schema: str, table: str) -> tuple[str, str] | None:
         if is_system_schema(schema):

@@ -426,3 +426,15 @@ def test_rows_that_fail_only_together_stop_the_run_even_under_quarantine() -> No
     with pytest.raises(ApplyError, match="no single row fails on its own"):
         ap.apply(gate.release())
     assert held(ap) == [] and gate.applied_ts == 0
+
+
+def test_a_routes_own_policy_decides_for_its_tables() -> None:
+    sink = FakeSink(refuse_key=2)
+    ap, gate = setup(sink, on_apply_error="stop", apply_error_policy=lambda s, t: "quarantine" if t == "t" else None)
+    gate.add([row(10, i, i, i) for i in range(4)] + [Resolved(10, SourcePosition("k", 0, 4))])
+    ap.apply(gate.release())  # table t is quarantined by its route; with the global stop it would stop
+    assert held(ap) == [("[2]", "refused", "held", 10)]
+    ap2, gate2 = setup(FakeSink(refuse_key=2), on_apply_error="quarantine", apply_error_policy=lambda s, t: "stop")
+    gate2.add([row(10, i, i, i) for i in range(4)] + [Resolved(10, SourcePosition("k", 0, 4))])
+    with pytest.raises(ApplyError, match="The refused row: id=2"):
+        ap2.apply(gate2.release())

@@ -848,3 +848,14 @@ def test_password_with_special_characters_never_leaks(password):
         parse(with_("pipeline.name", password), env=env)
     for form in (password, repr(password)[1:-1]):
         assert form not in str(info.value)
+
+
+def test_on_apply_error_globally_and_per_route() -> None:
+    s = parse(with_("route", [{"match": "shop.*", "on_apply_error": "quarantine"}]))
+    assert s.target.on_apply_error == "stop" and router_for(s).apply_error_policy("shop", "t") == "quarantine"
+    assert s.redacted()["route"] == [{"match": "shop.*", "on_apply_error": "quarantine"}]
+    assert parse(with_("target.on_apply_error", "skip")).target.on_apply_error == "skip"
+    with pytest.raises(ConfigError, match="target.on_apply_error"):
+        parse(with_("target.on_apply_error", "ignore"))
+    with pytest.raises(ConfigError, match=r"route\[0\].on_apply_error: must be one of stop, quarantine, skip"):
+        parse(with_("route", [{"match": "shop.*", "on_apply_error": "later"}]))

@@ -518,3 +518,16 @@ def test_routed_by_rule_is_a_deliberate_keep_not_the_default():
     assert not r.routed_by_rule("shop", "secret")  # the deciding rule ignores it
     assert r.route("other", "t") == ("other", "t") and not r.routed_by_rule("other", "t")  # kept by default only
     assert not r.routed_by_rule("other", "") and not r.routed_by_rule("mysql", "user")
+
+
+def test_a_rule_may_set_the_apply_error_policy_of_the_tables_it_decides() -> None:
+    r = Router([Rule("shop.*", schema="copy", on_apply_error="quarantine"), Rule("shop.audit", on_apply_error="skip"),
+                Rule("shop.plain")])
+    assert r.apply_error_policy("shop", "orders") == "quarantine"
+    assert r.apply_error_policy("shop", "audit") == "skip"
+    assert r.apply_error_policy("shop", "plain") is None  # the last matching rule decides, as for the route
+    assert r.apply_error_policy("other", "t") is None
+    with pytest.raises(RuleError, match="must be one of stop, quarantine, skip"):
+        Rule("shop.*", on_apply_error="ignore")
+    with pytest.raises(RuleError, match="ignores what it matches"):
+        Rule("!shop.secret", on_apply_error="quarantine")
