@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -33,6 +33,8 @@ from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.quarantine import RowQuarantine, key_text, keys_of
+from applier.setaside import SetAside, find_refused
+from applier.shards import ALREADY_ADDED, ShardGuard
 from applier.sinks import ApplyError, BatchPlan, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
 from applier.sinks.table import TableMeta, shown
@@ -42,18 +44,7 @@ log = logging.getLogger("applier.apply")
 
 Route = Callable[[str, str], "tuple[str, str] | None"]
 
-# DDL kinds that act on every row or the name of a target table: run for one shard of a merged table, they act
-# on all shards (see Applier._shard_conflict)
-SHARD_DESTRUCTIVE = frozenset({"drop_table", "truncate_table", "rename_table", "drop_index", "drop_schema"})
-# ALTER TABLE clauses (applier.ddl.ALTER_CLAUSES) that reshape what the other shards' rows live in: a dropped,
-# retyped or renamed column, a dropped or changed key, a renamed table or index, partitioning
-SHARD_RESHAPING_ALTERS = frozenset({
-    "drop_column", "modify_column", "rename_column", "drop_index", "drop_primary_key", "add_primary_key",
-    "rename_index", "rename_table", "partition", "drop_foreign_key", "drop_check",
-})
-
-CHUNK_EVENTS = 20_000
-MAX_REFUSED_PER_CHUNK = 1000  # rows set aside in one table's chunk before the run stops instead  # row changes planned and written at a time: bounds memory for huge transactions
+CHUNK_EVENTS = 20_000  # row changes planned and written at a time: bounds memory for huge transactions
 
 
 @dataclass
@@ -65,36 +56,6 @@ class ApplyStats:
     transactions: int = 0
     write_seconds: float = 0.0
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
-
-
-def _find_refused(plan: BatchPlan, attempt: Callable[[BatchPlan], str | None]) -> tuple[tuple, str] | None:
-    """The key of a row (upsert or delete) of ``plan`` that the target refuses on its own, and the reason, found
-    by halves: ``attempt`` writes a sub-plan without keeping it and returns the refusal or None. None when the
-    whole plan goes through, or no single row fails alone."""
-    meta = plan.meta
-    units: list[tuple[str, Any]] = [("d", k) for k in plan.deletes] + [("u", r) for r in plan.upserts]
-
-    def sub(part: list[tuple[str, Any]]) -> str | None:
-        return attempt(BatchPlan(meta, deletes=[u for t, u in part if t == "d"],
-                                 upserts=[u for t, u in part if t == "u"]))
-
-    reason = sub(units)
-    if reason is None:
-        return None
-    while len(units) > 1:
-        half = units[: len(units) // 2]
-        r = sub(half)
-        if r is None:
-            half = units[len(units) // 2:]
-            r = sub(half)
-            if r is None:
-                return None  # each half goes through alone: the rows only fail together
-        units, reason = half, r
-    kind, unit = units[0]
-    return (tuple(unit) if kind == "d" else tuple(unit[k] for k in meta.key)), reason
-
-
-_ALREADY_ADDED = "\0already added"  # _shard_conflict: every column the shard's ADD COLUMN adds is there
 
 
 class _WriteRefused(ApplyError):
@@ -128,11 +89,8 @@ class Applier:
         # a [[route]] rule's own on_apply_error for the tables it decides (None: the one above)
         self.apply_error_policy = apply_error_policy or (lambda schema, table: None)
         self.rows_quarantine = RowQuarantine(store.pipeline)
-        # upstream (schema, table) -> its keys with held changes; loaded at the first transaction, dropped
-        # whenever one rolls back (it may have added keys that were never committed)
-        self._blocked: dict[tuple[str, str], set[str]] | None = None
-        # upstream tables whose rows reached the target: recorded ones (read once) and this run's
-        self._sources: set[tuple[str, str]] | None = None
+        self.aside = SetAside(self.sink, self.rows_quarantine, timer, replace_mode=replace_mode)
+        self.shards = ShardGuard(engine, store, lambda schema, table: self.route(schema, table), self.sink.reflect)
         self.chunk_events = chunk_events
         self.replace_mode = replace_mode  # ungated streams: clear unique-key holders before upserts
         self.total = ApplyStats()
@@ -146,10 +104,7 @@ class Applier:
             tx = conn.begin()
             self.sink.begin(conn)
             try:
-                if self._blocked is None:
-                    self._blocked = {}
-                    for schema, table, k in self.rows_quarantine.blocked(conn):
-                        self._blocked.setdefault((schema, table), set()).add(k)
+                self.aside.load(conn)
                 for msg, reason in quarantined:
                     self.store.quarantine(conn, msg, reason)
                 progress: dict[tuple[str, str], TableProgress] = {}
@@ -183,12 +138,12 @@ class Applier:
                     tx.commit()
                 stats.transactions += 1
             except _WriteRefused as exc:
-                self._blocked = None
+                self.aside.forget()
                 if tx.is_active:
                     tx.rollback()  # first: the search below must not wait for this transaction's locks
                 raise ApplyError(str(exc) + self._refused_row(exc.plan, exc.changes)) from exc.__cause__
             except BaseException:
-                self._blocked = None
+                self.aside.forget()
                 if tx.is_active:
                     tx.rollback()
                 raise
@@ -215,17 +170,16 @@ class Applier:
                     f"reading target table {shown(*target)} failed: {db_reason(exc)}")
                 raise ApplyError(f"{what} (upstream table {shown(schema, table)}, events from {first} to {last})"
                                  ) from exc
-            blocked = self._blocked.get((schema, table)) if self._blocked else None
-            if blocked:
-                changes = self._hold_blocked(conn, meta, changes, blocked, stats)
+            changes, held = self.aside.hold_blocked(conn, meta, changes)
+            stats.quarantined_rows += held
             policy = self.apply_error_policy(schema, table) or self.on_apply_error
             if policy != "stop":
-                changes = self._write_setting_aside(conn, meta, changes, stats, policy)
+                changes, aside = self.aside.write(conn, meta, changes, policy)
+                stats.quarantined_rows += aside
             else:
                 self._write(conn, meta, changes)
             tp = progress.setdefault((schema, table), TableProgress(*target))
-            if self._sources is not None:
-                self._sources.add((schema, table))
+            self.shards.saw(schema, table)
             tp.rows += len(changes)
             stats.rows += len(changes)
             stats.tables[(schema, table)] = stats.tables.get((schema, table), 0) + len(changes)
@@ -249,85 +203,6 @@ class Applier:
                 f"into {meta.display} failed (events from {first} to {last}): {db_reason(exc)}", plan, changes
             ) from exc
 
-    # ---- rows the target refuses (on_apply_error = quarantine | skip) ---------------------------------------
-    def _hold_blocked(self, conn: Connection, meta: TableMeta, changes: list[RowChange], blocked: set[str],
-                      stats: ApplyStats) -> list[RowChange]:
-        """Hold every change of a blocked key (in commit order, behind the held ones), whatever the policy in
-        force now: letting it through would overtake the change that is held."""
-        keep = []
-        for ch in changes:
-            ks = keys_of(ch, meta.key)
-            hit = next((k for k in ks if k in blocked), None)
-            if hit is None:
-                keep.append(ch)
-                continue
-            blocked.update(ks)  # a key-changing update blocks its new key too
-            for k in ks:
-                self.rows_quarantine.hold(conn, ch, k, kind="blocked",
-                                          reason=f"held behind an earlier change of key {hit} that is quarantined")
-            stats.quarantined_rows += 1
-        return keep
-
-    def _write_setting_aside(self, conn: Connection, meta: TableMeta, changes: list[RowChange],
-                             stats: ApplyStats, policy: str) -> list[RowChange]:
-        """Write the changes; when the target refuses the batch, find the refused row (by halves, each try in a
-        savepoint that is rolled back), set every change of its key in this batch aside (quarantine: held, and
-        the key blocked for later changes; skip: recorded as skipped), and write the rest again."""
-        for _ in range(MAX_REFUSED_PER_CHUNK):
-            if not changes:
-                return changes
-            with self.timer.span("plan"):
-                plan = plan_batch(meta, changes, replace=self.replace_mode)
-            failed = self._in_savepoint(conn, lambda: self.sink.write(conn, plan))
-            if failed is None:
-                self.timer.count("rows_upserted", len(plan.upserts))
-                self.timer.count("rows_deleted", len(plan.deletes))
-                return changes
-            found = _find_refused(
-                plan, lambda sub: self._in_savepoint(conn, lambda: self.sink.write(conn, sub), keep=False))
-            first, last = changes[0].position, changes[-1].position
-            if found is None:
-                raise ApplyError(
-                    f"writing {len(changes)} change(s) of upstream table {shown(changes[0].schema, changes[0].table)} "
-                    f"into {meta.display} failed (events from {first} to {last}): {failed}; no single row fails on "
-                    "its own, so none can be set aside: fix the target and rerun")
-            refused_key, reason = key_text(found[0]), found[1]
-            aside = [ch for ch in changes if refused_key in keys_of(ch, meta.key)]
-            changes = [ch for ch in changes if refused_key not in keys_of(ch, meta.key)]
-            state = "skipped" if policy == "skip" else "held"
-            blocked = self._blocked.setdefault((aside[0].schema, aside[0].table), set()) if state == "held" else None
-            for i, ch in enumerate(aside):
-                ks = keys_of(ch, meta.key)
-                if blocked is not None:
-                    blocked.update(ks)
-                for k in ks:
-                    self.rows_quarantine.hold(conn, ch, k, kind="refused" if i == 0 else "blocked", state=state,
-                                              reason=f"the target refused key {refused_key} of {meta.display}: {reason}")
-            stats.quarantined_rows += len(aside)
-            log.error("%s %d change(s) of key %s of upstream table %s (from %s): the target refused it: %s",
-                      "skipped" if state == "skipped" else "quarantined", len(aside), refused_key,
-                      shown(aside[0].schema, aside[0].table), aside[0].position, reason)
-        raise ApplyError(f"more than {MAX_REFUSED_PER_CHUNK} rows of {meta.display} refused in one batch: stopping "
-                         "rather than setting them all aside; fix the target and rerun")
-
-    def _in_savepoint(self, conn: Connection, write: Callable[[], object], keep: bool = True) -> str | None:
-        """Run ``write`` in a savepoint: None when it worked (kept, or rolled back when not ``keep``), else the
-        database's reason, with the savepoint rolled back."""
-        state = self.sink.savepoint_state(conn)
-        sp = conn.begin_nested()
-        try:
-            write()
-        except Exception as exc:
-            sp.rollback()
-            self.sink.rolled_back_to(conn, state)
-            return db_reason(exc)
-        if keep:
-            sp.commit()
-        else:
-            sp.rollback()
-            self.sink.rolled_back_to(conn, state)
-        return None
-
     def _refused_row(self, plan: BatchPlan, changes: list[RowChange]) -> str:
         """Which row the target refused, for the error: the failed statement carried a whole chunk, and an
         operator needs the key (and the event that set it) to decide what to fix. Searched after the failed
@@ -349,7 +224,7 @@ class Applier:
                         tx.rollback()
 
         try:
-            found = _find_refused(plan, attempt)
+            found = find_refused(plan, attempt)
         except Exception:  # the search is a courtesy: the original error is what counts
             return ""
         if found is None:
@@ -379,8 +254,8 @@ class Applier:
                 ) from None
             self._skip(conn, ev, key, rel, stats, str(exc))
             return
-        shared = self._shard_conflict(ev, tr)
-        if shared == _ALREADY_ADDED:
+        shared = self.shards.conflict(ev, tr)
+        if shared == ALREADY_ADDED:
             self._skip(conn, ev, key, rel, stats, "shard DDL already applied: every column it adds is in the merged "
                                                   "target table (another shard added it)")
             return
@@ -420,53 +295,6 @@ class Applier:
             self._save_after_ddl(conn, ev, rel)
         stats.ddls_skipped += 1
         log.warning("skipped DDL at %s: %s", ev.position, detail)
-
-    def _shard_conflict(self, ev: DDL, tr: TranslatedDDL) -> str:
-        """Safe shard merges: when routes merge several upstream tables into one target table, one shard's
-        DROP, TRUNCATE, RENAME or DROP INDEX would act on every shard's rows. The shards are the upstream tables
-        whose rows reached the target (applier_tables, and this run's) that the current routes send to the same
-        target; a shard that never had a row has nothing there to lose. '' when the DDL is safe to run, the reason
-        when it is not, or _ALREADY_ADDED for an ADD COLUMN another shard already made."""
-        if not tr.targets or not tr.statements:
-            return ""
-        alter = tr.kind == "alter_table"
-        if not alter and tr.kind not in SHARD_DESTRUCTIVE:
-            return ""
-        if self._sources is None:
-            with self.engine.connect() as other:
-                self._sources = set(self.store.source_tables(other))
-        own = {(s.casefold(), t.casefold()) for s, t in [(ev.schema, ev.table), *tr.sources]}
-        own_schemas = {s for s, t in own if not t} if tr.kind == "drop_schema" else set()
-        for schema, table in tr.targets:
-            others = sorted(f"{s}.{t}" for s, t in self._sources
-                            if (s.casefold(), t.casefold()) not in own and s.casefold() not in own_schemas
-                            and (to := self.route(s, t)) is not None
-                            and to[0] == schema and (not table or to[1] == table))
-            if not others:
-                continue
-            if alter and not tr.alters & SHARD_RESHAPING_ALTERS:
-                # additive (ADD COLUMN, ADD INDEX, defaults, options): it applies once for every shard; the same
-                # ADD COLUMN from the next shard finds its columns there (MySQL has no ADD COLUMN IF NOT EXISTS)
-                if tr.alters == {"add_column"} and self._has_columns(schema, table, tr.added_columns):
-                    return _ALREADY_ADDED
-                continue
-            where = f"schema {schema}" if not table else shown(schema, table)
-            what = ", ".join(sorted(tr.alters & SHARD_RESHAPING_ALTERS)).replace("_", " ") if alter else \
-                tr.kind.replace("_", " ")
-            more = f" and {len(others) - 5} more" if len(others) > 5 else ""
-            return f"would {what} {where}, which the routes also fill from {', '.join(others[:5])}{more}"
-        return ""
-
-    def _has_columns(self, schema: str, table: str, names: tuple[str, ...]) -> bool:
-        if not names:
-            return False
-        with self.engine.connect() as other:
-            try:
-                meta = self.sink.reflect(other, schema, table)
-            except Exception:  # no such table: the DDL runs and fails (or not) on its own
-                return False
-        have = {c.casefold() for c in meta.columns}
-        return all(n.casefold() in have for n in names)
 
     def _confine(self, ev: DDL, tr: TranslatedDDL) -> None:
         """Invariant 11: a DDL acts only on objects its routes give it. Where a statement acts is parsed from its

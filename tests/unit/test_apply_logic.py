@@ -340,10 +340,10 @@ def test_a_rename_of_an_unmerged_table_is_not_taken_for_a_shard_conflict() -> No
     ap.store.sources = [("s", "a"), ("s", "c")]
     ev = DDL("s", "b", 20, "RENAME TABLE a TO b", SourcePosition("k", 0, 0))  # TiCDC names the new table
     tr = ap.dialect.translate_ddl(ev.query, schema="s", table="b", route=ap.route)
-    assert tr.kind == "rename_table" and ap._shard_conflict(ev, tr) == ""
+    assert tr.kind == "rename_table" and ap.shards.conflict(ev, tr) == ""
     ap.route = lambda s, t: ("main", "merged" if t in ("a", "c") else t)  # a and c merged: c's rows would move
     tr = ap.dialect.translate_ddl(ev.query, schema="s", table="b", route=ap.route)
-    assert "also fill from s.c" in ap._shard_conflict(ev, tr)
+    assert "also fill from s.c" in ap.shards.conflict(ev, tr)
 
 
 def test_a_shards_reshaping_alter_stops_and_an_additive_one_applies_once_for_all_shards() -> None:
@@ -438,3 +438,18 @@ def test_a_routes_own_policy_decides_for_its_tables() -> None:
     gate2.add([row(10, i, i, i) for i in range(4)] + [Resolved(10, SourcePosition("k", 0, 4))])
     with pytest.raises(ApplyError, match="The refused row: id=2"):
         ap2.apply(gate2.release())
+
+
+def test_a_quarantine_the_target_cannot_store_stops_the_run_and_loses_nothing() -> None:
+    sink = FakeSink(refuse_key=2)
+    ap, gate = setup(sink, on_apply_error="quarantine")
+
+    def full(*args, **kwargs) -> None:
+        raise OSError("no space left on device")
+
+    ap.rows_quarantine.hold = full  # type: ignore[method-assign]
+    gate.add([row(10, i, i, i) for i in range(4)] + [Resolved(10, SourcePosition("k", 0, 4))])
+    with pytest.raises(OSError, match="no space"):
+        ap.apply(gate.release())
+    assert not [e for e in sink.log if e[0] == "save"] and gate.applied_ts == 0  # a rerun applies it all again
+    assert held(ap) == []
