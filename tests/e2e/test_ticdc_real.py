@@ -83,6 +83,25 @@ def _replay(urls, spark, request, tmp_path, variant: str, target: str, topic: st
     return _settings(urls, target, variant, topic, schema, tmp_path / "ckpt", codec, **target_opts)
 
 
+@pytest.fixture
+def replay(urls, spark, unique, drop_schema, tmp_path, request):
+    """replay(variant, target, **target options) -> (settings, engine, schema, topic): the variant produced into
+    a fresh topic, a fresh target schema dropped afterwards, the settings of a pipeline that applies it."""
+    engines = []
+
+    def make(variant: str, target: str, tag: str = "", **target_opts):
+        topic = f"real{tag}-{variant}-{target}-{unique}"
+        schema = f"real_{unique}"
+        drop_schema((target, schema))
+        settings = _replay(urls, spark, request, tmp_path, variant, target, topic, schema, **target_opts)
+        engines.append(create_engine(target_url(urls, target)))
+        return settings, engines[-1], schema, topic
+
+    yield make
+    for e in engines:
+        e.dispose()
+
+
 def _differences(target: str, engine, schema: str, protocol: str, *, leave_out=frozenset()) -> list[str]:
     """Every difference between the replica and TiDB's final tables, but for the keys in ``leave_out``
     ((table, key tuple) pairs)."""
@@ -106,82 +125,59 @@ def _differences(target: str, engine, schema: str, protocol: str, *, leave_out=f
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("variant", EXACT)
-def test_a_real_ticdc_changefeed_replicates_exactly(urls, spark, unique, drop_schema, tmp_path, request, variant,
-                                                    target) -> None:
-    topic = f"real-{variant}-{target}-{unique}"
-    schema = f"real_{unique}"
-    drop_schema((target, schema))
-    settings = _replay(urls, spark, request, tmp_path, variant, target, topic, schema)
-    engine = create_engine(target_url(urls, target))
-    try:
-        res = run(settings, until_caught_up=True, spark=spark, progress=False)
-        assert res.batches > 1 and res.report.applied.rows > 0
-        assert _differences(target, engine, schema, VARIANTS[variant][0]) == []
-        with engine.connect() as c:
-            applied = c.execute(select(P.pipelines.c.applied_ts)
-                                .where(P.pipelines.c.pipeline == settings.pipeline.name)).scalar()
-            ddl = c.execute(select(P.ddl_history.c.state, P.ddl_history.c.query)
-                            .where(P.ddl_history.c.pipeline == settings.pipeline.name)).all()
-        assert applied >= expected()["final_ts"]  # every transaction is applied, as of the last watermark
-        assert sorted(q.split()[0] for s, q in ddl if s == "done") == ["ALTER", "CREATE", "CREATE", "CREATE", "CREATE"]
-    finally:
-        engine.dispose()
+def test_a_real_ticdc_changefeed_replicates_exactly(spark, replay, variant, target) -> None:
+    settings, engine, schema, _ = replay(variant, target)
+    res = run(settings, until_caught_up=True, spark=spark, progress=False)
+    assert res.batches > 1 and res.report.applied.rows > 0
+    assert _differences(target, engine, schema, VARIANTS[variant][0]) == []
+    with engine.connect() as c:
+        applied = c.execute(select(P.pipelines.c.applied_ts)
+                            .where(P.pipelines.c.pipeline == settings.pipeline.name)).scalar()
+        ddl = c.execute(select(P.ddl_history.c.state, P.ddl_history.c.query)
+                        .where(P.ddl_history.c.pipeline == settings.pipeline.name)).all()
+    assert applied >= expected()["final_ts"]  # every transaction is applied, as of the last watermark
+    assert sorted(q.split()[0] for s, q in ddl if s == "done") == ["ALTER", "CREATE", "CREATE", "CREATE", "CREATE"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("variant", ["debezium", "debezium-no-bit"])
-def test_a_real_debezium_changefeed_stops_naming_the_decimal_row_the_target_cannot_hold(
-        urls, spark, unique, drop_schema, tmp_path, request, variant, target) -> None:
-    topic = f"real-{variant}-{target}-{unique}"
-    schema = f"real_{unique}"
-    drop_schema((target, schema))
-    settings = _replay(urls, spark, request, tmp_path, variant, target, topic, schema)
-    engine = create_engine(target_url(urls, target))
-    try:
-        with pytest.raises(ApplyError) as err:
-            run(settings, until_caught_up=True, spark=spark, progress=False)
-        msg = str(err.value)
-        assert f"upstream table hold.t_types into {schema}.t_types" in msg, msg
-        assert "Out of range value for column 'c_decimal'" in msg or "numeric field overflow" in msg, msg
-        assert "The refused row: id=" in msg and f"(set by the event at topic={topic} partition=" in msg, msg
-        # the row is the one whose DECIMAL(38,10) float64 cannot hold: upstream -9999999999999999999999999999.9999999999
-        refused = int(msg.split("The refused row: id=")[1].split(" ")[0])
-        _, want = expected_rows(target, "open", "t_types")
-        assert abs(want[(refused,)]["c_decimal"]) > 10**27
-    finally:
-        engine.dispose()
+def test_a_real_debezium_changefeed_stops_naming_the_decimal_row_the_target_cannot_hold(spark, replay, variant,
+                                                                                       target) -> None:
+    settings, engine, schema, topic = replay(variant, target)
+    with pytest.raises(ApplyError) as err:
+        run(settings, until_caught_up=True, spark=spark, progress=False)
+    msg = str(err.value)
+    assert f"upstream table hold.t_types into {schema}.t_types" in msg, msg
+    assert "Out of range value for column 'c_decimal'" in msg or "numeric field overflow" in msg, msg
+    assert "The refused row: id=" in msg and f"(set by the event at topic={topic} partition=" in msg, msg
+    # the row is the one whose DECIMAL(38,10) float64 cannot hold: upstream -9999999999999999999999999999.9999999999
+    refused = int(msg.split("The refused row: id=")[1].split(" ")[0])
+    _, want = expected_rows(target, "open", "t_types")
+    assert abs(want[(refused,)]["c_decimal"]) > 10**27
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_under_quarantine_the_decimal_row_is_held_under_its_key_and_everything_else_applies(
-        urls, spark, unique, drop_schema, tmp_path, request, target) -> None:
+def test_under_quarantine_the_decimal_row_is_held_under_its_key_and_everything_else_applies(spark, replay,
+                                                                                           target) -> None:
     """Issue 12's blocking quarantine on a real stream: the refused row and every later change of its key are
     held in applier_quarantined_rows; every other row of every table ends equal to upstream."""
-    variant = "debezium"
-    topic = f"real-q-{target}-{unique}"
-    schema = f"real_{unique}"
-    drop_schema((target, schema))
-    settings = _replay(urls, spark, request, tmp_path, variant, target, topic, schema, on_apply_error="quarantine")
-    engine = create_engine(target_url(urls, target))
-    try:
-        res = run(settings, until_caught_up=True, spark=spark, progress=False)
-        assert res.report.applied.quarantined_rows > 0
-        with engine.connect() as c:
-            held = RowQuarantine(settings.pipeline.name).find(c)
-        assert held and {h.table for h in held} == {"t_types"}
-        refused = [h for h in held if h.kind == "refused"]
-        assert all("c_decimal" in h.reason or "numeric field overflow" in h.reason for h in refused), refused
-        # every held key met a DECIMAL(38,10) that travelled as a float64 of 1e28 or more (the refused row is
-        # the key's last version in its batch; the key's changes of that batch and all later ones are held)
-        by_key: dict[str, list] = {}
-        for h in held:
-            by_key.setdefault(h.row_key, []).append(h)
-        for k, hs in by_key.items():
-            assert any(h.change().after and abs(h.change().after["c_decimal"] or 0) >= Decimal("1e28")
-                       for h in hs), k
-            assert hs[0].kind == "refused" and all(h.kind == "blocked" for h in hs[1:]), k
-            assert [h.commit_ts for h in hs] == sorted(h.commit_ts for h in hs), k
-        held_keys = {("t_types", tuple(json.loads(k))) for k in by_key}
-        assert _differences(target, engine, schema, "debezium", leave_out=held_keys) == []
-    finally:
-        engine.dispose()
+    settings, engine, schema, _ = replay("debezium", target, tag="-q", on_apply_error="quarantine")
+    res = run(settings, until_caught_up=True, spark=spark, progress=False)
+    assert res.report.applied.quarantined_rows > 0
+    with engine.connect() as c:
+        held = RowQuarantine(settings.pipeline.name).find(c)
+    assert held and {h.table for h in held} == {"t_types"}
+    refused = [h for h in held if h.kind == "refused"]
+    assert all("c_decimal" in h.reason or "numeric field overflow" in h.reason for h in refused), refused
+    # every held key met a DECIMAL(38,10) that travelled as a float64 of 1e28 or more (the refused row is
+    # the key's last version in its batch; the key's changes of that batch and all later ones are held)
+    by_key: dict[str, list] = {}
+    for h in held:
+        by_key.setdefault(h.row_key, []).append(h)
+    for k, hs in by_key.items():
+        assert any(h.change().after and abs(h.change().after["c_decimal"] or 0) >= Decimal("1e28")
+                   for h in hs), k
+        assert hs[0].kind == "refused" and all(h.kind == "blocked" for h in hs[1:]), k
+        assert [h.commit_ts for h in hs] == sorted(h.commit_ts for h in hs), k
+    held_keys = {("t_types", tuple(json.loads(k))) for k in by_key}
+    assert _differences(target, engine, schema, "debezium", leave_out=held_keys) == []

@@ -140,3 +140,24 @@ def kafka_msg(key: bytes | None, value: bytes | None, *, topic: str = "orders", 
               offset: int = 42) -> KafkaMessage:
     """A Kafka record as the pipeline hands it to a decoder (codec tests bind their own defaults with partial)."""
     return KafkaMessage(topic=topic, partition=partition, offset=offset, key=key, value=value)
+
+
+#: a configuration that parses, naming services that do not answer (port 1): for CLI tests without services
+CLI_CONF = """
+[pipeline]
+name = "p"
+checkpoint_dir = "{ckpt}"
+[source]
+bootstrap_servers = "127.0.0.1:1"
+topics = ["a"]
+protocol = "open"
+[target]
+url = "mysql+pymysql://u:Sup3rS3cret@127.0.0.1:1/db"
+"""
+
+
+def write_conf(tmp_path: Path, text: str = CLI_CONF) -> str:
+    """``text`` as ``tmp_path/c.toml`` with ``{ckpt}`` filled in; its path."""
+    p = tmp_path / "c.toml"
+    p.write_text(text.format(ckpt=tmp_path / "ck"))
+    return str(p)

@@ -34,7 +34,7 @@ from applier.devtools.encoders import simple as SE
 from applier.devtools.encoders.registry import InMemoryRegistry
 from applier.events import Column, DecodeError, Op, RowChange, SourcePosition, TableSchema
 from tests.unit.helpers import kafka_msg, values_equal
-from tests.unit.test_codec_simple import _edge_table
+from tests.unit.edge_rows import edge_table
 
 POS = SourcePosition("cdc", 0, 0)
 FORMATS = ("json", "avro")
@@ -241,7 +241,7 @@ def flip(value: bytes, old: bytes, new: bytes) -> bytes:
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Shanghai"])
 def test_simple_every_type_passes_with_its_checksum(fmt, tz):
-    ts, rows = _edge_table()
+    ts, rows = edge_table()
     dec = simple_decoder(fmt, ts, VEC_TABLE)
     for i, row in enumerate(rows):
         for op, before, after in ((Op.INSERT, None, row), (Op.UPDATE, rows[i - 1], row), (Op.DELETE, row, None)):

@@ -2,28 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from applier.cli import EXIT_CONFIG, EXIT_TARGET, main
-
-GOOD = """
-[pipeline]
-name = "p"
-checkpoint_dir = "{ckpt}"
-[source]
-bootstrap_servers = "127.0.0.1:1"
-topics = ["a"]
-protocol = "open"
-[target]
-url = "mysql+pymysql://u:Sup3rS3cret@127.0.0.1:1/db"
-"""
-
-
-def write(tmp_path: Path, text: str) -> str:
-    p = tmp_path / "c.toml"
-    p.write_text(text.format(ckpt=tmp_path / "ck"))
-    return str(p)
-
+from tests.unit.helpers import CLI_CONF as GOOD, write_conf as write
 
 def test_config_error_names_the_key_and_exits_2(tmp_path, capsys) -> None:
     cfg = write(tmp_path, GOOD.replace("protocol =", "protocl ="))

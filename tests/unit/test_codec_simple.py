@@ -22,6 +22,7 @@ from applier.codecs import Decoder, get_decoder
 from applier.codecs import simple as S
 from applier.devtools.encoders import simple as SE
 from applier.events import DDL, Column, DecodeError, KafkaMessage, Op, Resolved, RowChange, SourcePosition, TableSchema
+from tests.unit.edge_rows import edge_col, edge_table
 from tests.unit.helpers import VALUE_STRATEGIES, values_equal
 
 FORMATS = ("json", "avro")
@@ -207,70 +208,6 @@ def test_legacy_avro_messages_decode():
 # Round trips, every column type
 # ---------------------------------------------------------------------------------------------------------
 
-EDGE_CASES: list[tuple[str, bool, list]] = [
-    ("tinyint", False, [-128, 127, 0]),
-    ("tinyint", True, [0, 255]),
-    ("smallint", False, [-32768, 32767]),
-    ("smallint", True, [65535]),
-    ("mediumint", False, [-8388608, 8388607]),
-    ("mediumint", True, [16777215]),
-    ("int", False, [-2147483648, 2147483647]),
-    ("int", True, [4294967295]),
-    ("bigint", False, [-9223372036854775808, 9223372036854775807]),
-    ("bigint", True, [0, 9223372036854775807, 9223372036854775808, 18446744073709551615]),
-    ("decimal", False, [Decimal("12345678901234567890123456789012345.123456789012345678901234567890"),
-                        Decimal("-0.000000000000000000000000000001"), Decimal("0.00"), Decimal("1.500")]),
-    ("decimal", True, [Decimal("99999999999999999999999999999999999999999999999999999999999999999")]),
-    ("float", False, [3.14, -1.5e-30, 3.4028234663852886e38, 0.0, 16777216.0]),
-    ("double", False, [3.141592653589793, -1.7976931348623157e308, 5e-324, 0.1 + 0.2]),
-    ("char", False, ["", "a", "漢字", "é"]),
-    ("varchar", False, ["héllo wörld", "😀 emoji", "<tag>&amp;", "\u2028line", "\x00nul", "quote\"\\"]),
-    ("text", False, ["long " * 100, "多字节"]),
-    ("tinytext", False, ["t"]),
-    ("mediumtext", False, ["m"]),
-    ("longtext", False, ["l"]),
-    ("binary", False, [b"\x00\x00\x00\xff", b""]),
-    ("varbinary", False, [b"\x00\xff\x80\x7f", bytes(range(256))]),
-    ("tinyblob", False, [b"\xff"]),
-    ("blob", False, [b"\x00", b"\x89PNG\r\n\x1a\n"]),
-    ("mediumblob", False, [b"\xfe\xff"]),
-    ("longblob", False, [b"\x00" * 1000]),
-    ("date", False, [dt.date(2024, 2, 29), dt.date(1, 1, 1), dt.date(9999, 12, 31), "0000-00-00"]),
-    ("datetime", False, [dt.datetime(2024, 2, 29, 23, 59, 59, 999999), dt.datetime(1000, 1, 1),
-                         dt.datetime(2020, 1, 1, 0, 0, 0, 120000), "0000-00-00 00:00:00"]),
-    ("timestamp", False, [dt.datetime(2038, 1, 19, 3, 14, 7, 999999), dt.datetime(1970, 1, 1, 0, 0, 1),
-                          dt.datetime(2024, 6, 1, 12, 0, 0, 500)]),
-    ("time", False, [dt.timedelta(hours=-838, minutes=-59, seconds=-59), dt.timedelta(hours=838, minutes=59,
-                     seconds=59), dt.timedelta(hours=25, microseconds=1), -dt.timedelta(microseconds=500000),
-                     dt.timedelta(0)]),
-    ("year", False, [1901, 2155, 0, 2024]),
-    ("bit", False, [0, 1, 2**64 - 1, 0b1010]),
-    ("enum", False, [1, 2, 65535]),
-    ("set", False, [0, 1, 7, 2**64 - 1]),
-    ("json", False, ['{"a": [1, 2.5, null, true]}', '"str"', "[]", '{"k": "漢"}']),
-]
-
-
-def _col(name: str, type_name: str, unsigned: bool = False, **kw) -> Column:
-    return Column(name, type_name, unsigned=unsigned, binary=type_name in ("binary", "varbinary", "tinyblob",
-                                                                           "blob", "mediumblob", "longblob"),
-                  **kw)
-
-
-def _edge_table() -> tuple[TableSchema, list[dict]]:
-    cols = [Column("pk", "bigint", nullable=False, key=True, unique=True)]
-    rows: list[dict] = []
-    width = max(len(v) for _, _, v in EDGE_CASES)
-    for i, (type_name, unsigned, _) in enumerate(EDGE_CASES):
-        cols.append(_col(f"c{i}_{type_name}{'_u' if unsigned else ''}", type_name, unsigned))
-    for r in range(width + 1):  # the last row is all NULLs
-        row: dict = {"pk": r}
-        for i, (type_name, unsigned, values) in enumerate(EDGE_CASES):
-            row[cols[i + 1].name] = values[r % len(values)] if r < width else None
-        rows.append(row)
-    return TableSchema("db", "all_types", 4242, tuple(cols)), rows
-
-
 def _assert_rows_equal(cols: tuple[Column, ...], got: dict | None, want: dict | None) -> None:
     assert (got is None) == (want is None)
     if want is None:
@@ -283,7 +220,7 @@ def _assert_rows_equal(cols: tuple[Column, ...], got: dict | None, want: dict | 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_round_trip_every_type_at_its_limits(fmt):
-    ts, rows = _edge_table()
+    ts, rows = edge_table()
     dec = S.SimpleDecoder(encoding_format=fmt)
     [schema_ev] = dec.decode(kmsg(SE.encode_bootstrap(ts, encoding_format=fmt)[1], offset=0))
     assert schema_ev.columns == ts.columns and schema_ev.version == ts.version
@@ -303,7 +240,7 @@ def test_wire_forms_json():
     """Spot checks of the JSON wire form against TiCDC's encodeValue."""
     ts = TableSchema("db", "t", 1, (
         Column("u", "bigint", unsigned=True, key=True, unique=True, nullable=False),
-        _col("b", "varbinary"), Column("ts", "timestamp"), Column("f", "float"), Column("d", "decimal"),
+        edge_col("b", "varbinary"), Column("ts", "timestamp"), Column("f", "float"), Column("d", "decimal"),
         Column("e", "enum"), Column("bit", "bit"), Column("tm", "time")))
     row = {"u": 2**64 - 1, "b": b"\x00\xff", "ts": dt.datetime(2020, 1, 2, 3, 4, 5, 123000), "f": 3.14,
            "d": Decimal("1.10"), "e": 2, "bit": 5, "tm": dt.timedelta(hours=-26)}
@@ -319,7 +256,7 @@ def test_wire_forms_json():
 def test_wire_forms_avro():
     ts = TableSchema("db", "t", 1, (Column("u", "bigint", unsigned=True, key=True, unique=True, nullable=False),
                                     Column("ts", "timestamp"), Column("i", "int"), Column("bit", "bit"),
-                                    Column("e", "set"), _col("bl", "blob"), Column("x", "text")))
+                                    Column("e", "set"), edge_col("bl", "blob"), Column("x", "text")))
     row = {"u": 2**64 - 1, "ts": dt.datetime(2020, 1, 2), "i": -5, "bit": 3, "e": 6, "bl": b"\x00", "x": "y"}
     _, v = SE.encode_simple(RowChange("db", "t", 2**63 + 5, Op.INSERT, None, row, ts.columns,
                                      SourcePosition("x", 0, 0)), encoding_format="avro", table_schema=ts)
@@ -411,7 +348,7 @@ def table_and_rows(draw):
     cols = [Column("pk", "int", nullable=False, key=True, unique=True)]
     strategies = {"pk": st.integers(-(2**31), 2**31 - 1)}
     for i, (type_name, unsigned) in enumerate(picked):
-        c = _col(f"c{i}", type_name, unsigned)
+        c = edge_col(f"c{i}", type_name, unsigned)
         cols.append(c)
         strategies[c.name] = st.none() | VALUE_STRATEGIES[(type_name, unsigned)]
     ts = TableSchema("db", draw(st.sampled_from(["t", "表1", "a`b"])), draw(st.integers(1, 2**64 - 1)), tuple(cols))
@@ -780,7 +717,7 @@ def test_malformed_avro(case):
 
 FUZZ_TS = TableSchema("db", "t", 100, (
     Column("id", "bigint", nullable=False, key=True, unique=True, unsigned=True), Column("d", "decimal"),
-    Column("f", "float"), _col("b", "varbinary"), Column("ts", "timestamp"), Column("tm", "time"),
+    Column("f", "float"), edge_col("b", "varbinary"), Column("ts", "timestamp"), Column("tm", "time"),
     Column("j", "json"), Column("e", "enum"), Column("dt", "datetime"), Column("y", "year")))
 FUZZ_ROW = {"id": 2**64 - 1, "d": Decimal("-12.50"), "f": 1.5, "b": b"\x00\xff", "ts": dt.datetime(2020, 1, 1, 1, 1, 1),
             "tm": dt.timedelta(hours=-30), "j": '{"a":1}', "e": 2, "dt": dt.datetime(2021, 5, 6), "y": 2024}
@@ -904,7 +841,7 @@ def test_every_valid_fuzz_seed_decodes():
 
 
 def test_base64_is_standard_alphabet_with_padding():
-    ts = TableSchema("db", "t", 1, (Column("id", "int", key=True, unique=True, nullable=False), _col("b", "blob")))
+    ts = TableSchema("db", "t", 1, (Column("id", "int", key=True, unique=True, nullable=False), edge_col("b", "blob")))
     row = {"id": 1, "b": b"\xfb\xff\xfe"}
     _, v = SE.encode_simple(RowChange("db", "t", 1, Op.INSERT, None, row, ts.columns, SourcePosition("x", 0, 0)),
                            table_schema=ts)

@@ -133,3 +133,17 @@ def test_every_package_of_the_product_is_installed() -> None:
     listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     on_disk = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
     assert on_disk - listed == set()
+
+
+def test_tests_share_helper_modules_not_each_other_or_conftest() -> None:
+    """A test module imports shared helpers from a helper module (tests/*/helpers.py and the like), never from
+    another test module or a conftest: those import chains made tests depend on each other's internals."""
+    tests = PACKAGE.parent / "tests"
+    bad = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests."):
+                last = node.module.rsplit(".", 1)[-1]
+                if last.startswith("test_") or last == "conftest":
+                    bad.append(f"{path.relative_to(tests.parent)} imports {node.module}")
+    assert not bad, "\n".join(bad)

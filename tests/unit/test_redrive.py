@@ -35,6 +35,7 @@ from applier.redrive_text import (
 )
 from applier.report import format_status, held_rows
 from applier.sinks.table import build_meta
+from tests.unit.helpers import CLI_CONF
 
 PIPE = "p1"
 COLS = (Column("id", "int", nullable=False, key=True), Column("v", "varchar"))
@@ -330,17 +331,6 @@ def test_retry_and_discard_refuse_without_a_filter_or_all_or_a_reason(engine) ->
         assert c.execute(select(P.writers)).first() is None
 
 
-CONF = """
-[pipeline]
-name = "p"
-checkpoint_dir = "{ckpt}"
-[source]
-bootstrap_servers = "127.0.0.1:1"
-topics = ["a"]
-protocol = "open"
-[target]
-url = "mysql+pymysql://u:Sup3rS3cret@127.0.0.1:1/db"
-"""
 
 
 @pytest.mark.parametrize("argv, key", [
@@ -355,7 +345,7 @@ url = "mysql+pymysql://u:Sup3rS3cret@127.0.0.1:1/db"
 ])
 def test_the_cli_refuses_bad_options_with_exit_2_before_connecting(tmp_path: Path, capsys, argv, key) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text(CONF.format(ckpt=tmp_path / "ck"))
+    cfg.write_text(CLI_CONF.format(ckpt=tmp_path / "ck"))
     assert main(["quarantine", argv[0], "-c", str(cfg), *argv[1:]]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert key in err and "Sup3rS3cret" not in err
@@ -443,7 +433,7 @@ def test_status_without_the_quarantine_table_shows_nothing() -> None:
 def test_an_unreachable_target_exits_5_without_the_password(tmp_path: Path, capsys) -> None:
     from applier.cli import EXIT_TARGET
     cfg = tmp_path / "c.toml"
-    cfg.write_text(CONF.format(ckpt=tmp_path / "ck"))
+    cfg.write_text(CLI_CONF.format(ckpt=tmp_path / "ck"))
     assert main(["quarantine", "list", "-c", str(cfg)]) == EXIT_TARGET
     err = capsys.readouterr().err
     assert "[target] url" in err and "Sup3rS3cret" not in err

@@ -29,7 +29,7 @@ from applier.verify.selfcheck import check_progress_rows, topic_matcher
 from applier.verify.snapshot import Side, VerifyError, begin_upstream, server_flavour
 from applier.verify.tables import ColumnPlan, TablePlan
 from applier.verify.upstream import UpstreamUnreachable, connect_upstream, upstream_url
-from tests.unit.test_cli import GOOD, write
+from tests.unit.helpers import CLI_CONF as GOOD, write_conf as write
 
 
 # ---- column kinds -------------------------------------------------------------------------------------------
