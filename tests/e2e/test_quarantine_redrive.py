@@ -87,8 +87,6 @@ def test_list_retry_discard_on_a_real_target(target, urls, unique, drop_schema, 
     assert doc["quarantined_messages"] == 1 and doc["messages"][0]["offset"] == 9
     code, out, _ = cli(capsys, "quarantine", "list", "-c", conf)
     assert code == 0 and "shop.items  key [1]  2 change(s)  commit ts 100 .. 200" in out
-    with capsys.disabled():
-        print(out)  # the README's example (pytest -s)
     code, out, _ = cli(capsys, "quarantine", "show", str(one_insert), "-c", conf)
     assert code == 0 and "'toolong'" in out and "id (key)" in out
     msg_id = doc["messages"][0]["id"]
@@ -126,8 +124,6 @@ def test_list_retry_discard_on_a_real_target(target, urls, unique, drop_schema, 
     running.claim(engine)  # an applier run of the pipeline, started before the retry
     code, out, err = cli(capsys, "quarantine", "retry", "-c", conf, "--all")
     assert code == 0, err
-    with capsys.disabled():
-        print(out)  # the README's example (pytest -s)
     assert "retried 3 held change(s) of 2 key(s) in one transaction" in out
     assert f"shop.items -> {schema}.items  key [1]: 2 change(s) (insert, update), commit ts 100 .. 200" in out
     assert "exit code 6" in out
