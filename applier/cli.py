@@ -83,10 +83,45 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """Check a config and print it (secrets masked). With --target, also connect to the target and report the
+    shard merges it holds (applier/shard_report.py): exit 1 when merged shards' primary keys differ from each
+    other or from the target's, 0 otherwise (a shared key is a printed warning), 5 when the target is
+    unreachable."""
     settings = _load(args.config)
-    print(json.dumps(settings.redacted(), indent=2, default=str))
-    print(f"{args.config}: OK", file=sys.stderr)
-    return 0
+    if not args.target:
+        print(json.dumps(settings.redacted(), indent=2, default=str))
+        print(f"{args.config}: OK", file=sys.stderr)
+        return 0
+    from sqlalchemy.exc import DBAPIError
+
+    from applier import migrate
+    from applier import shard_report as sr
+    from applier.dialect import dialect_for
+    from applier.pipeline import make_engine, router_for
+    engine = make_engine(settings)
+    try:
+        try:
+            reflect = dialect_for(engine).writer().reflect
+            if migrate.current(engine) is None:
+                report = sr.ShardReport(settings.pipeline.name, settings.target.url_redacted, [],
+                                        note="no applier tables in the target yet (nothing replicated): no merges")
+            else:
+                report = sr.gather(engine, pipeline=settings.pipeline.name, route=router_for(settings).route,
+                                   reflect=reflect, target_shown=settings.target.url_redacted)
+        except DBAPIError as exc:
+            reason = str(exc.orig if exc.orig is not None else exc).splitlines()[0][:500]
+            print(f"stopped: cannot use the target database {settings.target.url_redacted}: {reason}. Check [target] "
+                  "url (and password_env) and that the server is reachable; then rerun.", file=sys.stderr)
+            return EXIT_TARGET
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"config": settings.redacted(), "shard_merges": report.as_json()}, indent=2, default=str))
+    else:
+        print(json.dumps(settings.redacted(), indent=2, default=str))
+        print(sr.format_report(report))
+    print(f"{args.config}: {'shard merge problems' if report.problems else 'OK'}", file=sys.stderr)
+    return 1 if report.problems else 0
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
@@ -272,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(fn=cmd_migrate)
     v = sub.add_parser("validate", help="check a config file and print it (secrets masked)")
     v.add_argument("-c", "--config", required=True)
+    v.add_argument("--target", action="store_true", help="also connect to the target and report the shard merges "
+                   "it holds: merged shards whose primary keys differ (exit 1) or share one key (a warning)")
+    v.add_argument("--json", action="store_true", help="with --target: the config and the report as one JSON "
+                   "document")
     v.set_defaults(fn=cmd_validate)
     j = sub.add_parser("jars", help="resolve (once, with Maven) and print Spark's Kafka source jars, comma-separated "
                        "(for spark-submit --jars)")

@@ -166,6 +166,7 @@ from applier.ddl.syntax import (
     IndexPart,
     alter_specs,
     alter_summary,
+    column_list,
     parse_column,
     parse_default,
     parse_index_def,
@@ -307,7 +308,7 @@ def _create_table(ctx: Context, c: Cursor) -> TranslatedDDL:
         like = True
     if like:
         return TranslatedDDL(_create_table_like(ctx, tbl, c), "create_table", [r])
-    columns, indexes = _column_list(c)
+    columns, indexes = column_list(c)
     return TranslatedDDL(_create_table_statements(tbl, columns, indexes), "create_table", [r])
 
 
@@ -324,32 +325,6 @@ def _create_table_like(ctx: Context, tbl: TargetTable, c: Cursor) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {tbl.q} (LIKE {src.q} INCLUDING DEFAULTS INCLUDING COMMENTS)",
         copy_indexes_block(src, tbl),
     ]
-
-
-def _column_list(c: Cursor) -> tuple[list[ColDef], list[IndexDef]]:
-    """The columns and the indexes of CREATE TABLE's list; a column's inline PRIMARY KEY / UNIQUE becomes a
-    table-level key, so that keys are rendered in one place."""
-    if not c.is_op("("):
-        raise LexError("expected the column list")
-    lo, hi = c.skip_group()
-    columns: list[ColDef] = []
-    indexes: list[IndexDef] = []
-    for a, b in split_top_level(c.toks, lo, hi):
-        ec = Cursor(c.toks, a, b)
-        if ec.at_end:
-            raise LexError("empty element in the column list")
-        if starts_index(ec):
-            indexes.append(parse_index_def(ec))
-        else:
-            columns.append(parse_column(ec))
-        if not ec.at_end:
-            raise LexError(f"unexpected {ec.peek().text!r}")
-    for col in columns:
-        if col.primary:
-            indexes.insert(0, IndexDef("primary", "PRIMARY", [IndexPart(col.name)]))
-        if col.unique:
-            indexes.append(IndexDef("unique", None, [IndexPart(col.name)]))
-    return columns, indexes
 
 
 def _create_table_statements(tbl: TargetTable, columns: list[ColDef], indexes: list[IndexDef]) -> list[str]:

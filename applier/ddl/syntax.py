@@ -640,3 +640,29 @@ def _table_option_clauses(c: Cursor, clauses: set[str]) -> None:
         else:
             c.next()
         clauses.add("table_option")
+
+
+def column_list(c: Cursor) -> tuple[list[ColDef], list[IndexDef]]:
+    """The columns and the indexes of CREATE TABLE's list; a column's inline PRIMARY KEY / UNIQUE becomes a
+    table-level key, so that keys are rendered in one place."""
+    if not c.is_op("("):
+        raise LexError("expected the column list")
+    lo, hi = c.skip_group()
+    columns: list[ColDef] = []
+    indexes: list[IndexDef] = []
+    for a, b in split_top_level(c.toks, lo, hi):
+        ec = Cursor(c.toks, a, b)
+        if ec.at_end:
+            raise LexError("empty element in the column list")
+        if starts_index(ec):
+            indexes.append(parse_index_def(ec))
+        else:
+            columns.append(parse_column(ec))
+        if not ec.at_end:
+            raise LexError(f"unexpected {ec.peek().text!r}")
+    for col in columns:
+        if col.primary:
+            indexes.insert(0, IndexDef("primary", "PRIMARY", [IndexPart(col.name)]))
+        if col.unique:
+            indexes.append(IndexDef("unique", None, [IndexPart(col.name)]))
+    return columns, indexes
