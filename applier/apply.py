@@ -96,9 +96,11 @@ class Applier:
         self.total = ApplyStats()
 
     # ---- entry point -----------------------------------------------------------------------------------
-    def apply(self, rel: Release, *, quarantined: Iterable[tuple[KafkaMessage, str]] = (), batches: int = 1
-              ) -> ApplyStats:
-        """Apply a release of the gate and record progress, even when nothing was released."""
+    def apply(self, rel: Release, *, quarantined: Iterable[tuple[KafkaMessage, str]] = (), batches: int = 1,
+              blocks: Iterable[tuple[str, str, KafkaMessage, str]] = ()) -> ApplyStats:
+        """Apply a release of the gate and record progress, even when nothing was released. ``blocks``:
+        (upstream schema, table, message, reason) of quarantined messages whose table is known, which hold every
+        later change of their table (invariant 12)."""
         stats = ApplyStats()
         with self.engine.connect() as conn:
             tx = conn.begin()
@@ -107,6 +109,9 @@ class Applier:
                 self.aside.load(conn)
                 for msg, reason in quarantined:
                     self.store.quarantine(conn, msg, reason)
+                for schema, table, msg, reason in blocks:
+                    if self.route(schema, table) is not None:
+                        self.aside.block_table(conn, schema, table, msg.position, reason)
                 progress: dict[tuple[str, str], TableProgress] = {}
                 chunk: list[RowChange] = []
                 for ev in rel:

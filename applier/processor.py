@@ -15,9 +15,9 @@ from typing import Iterable
 from sqlalchemy.engine import Engine
 
 from applier.apply import Applier, ApplyStats
-from applier.codecs import Decoder, HoldsMessages
+from applier.codecs import Decoder, HoldsMessages, table_of
 from applier.crashguard import DriverDecodeGuard
-from applier.decode import Decoded, decode_chunk, decode_messages
+from applier.decode import KILLED, Decoded, decode_chunk, decode_messages
 from applier.dialect import Dialect, dialect_for
 from applier.events import DDL, KafkaMessage, RowChange
 from applier.gate import Gate
@@ -102,10 +102,15 @@ class BatchProcessor:
         t0 = time.perf_counter()
         gate = self.gate
         quarantined: list[tuple[KafkaMessage, str]] = []
+        blocks: list[tuple[str, str, KafkaMessage, str]] = []
         for bad, exc in decoded.errors:
             if self.stop_at_error:
                 raise exc
             quarantined.append((bad, exc.reason))
+            # a message that killed the decoder process is not parsed again, not even for its table name
+            named = None if KILLED in exc.reason else table_of(self.decoder, bad)
+            if named is not None:  # nothing later of its table may overtake it (invariant 12)
+                blocks.append((*named, bad, f"the message at {bad.position} cannot be decoded: {exc.reason}"))
             if exc.held_message is None:
                 gate.note_offset(bad.topic, bad.partition, bad.offset)
             log.error("quarantined %s", exc)
@@ -134,7 +139,7 @@ class BatchProcessor:
         gate.add(events)
         t2 = time.perf_counter()
         self.batches += 1
-        rep.applied = self.applier.apply(gate.release(), quarantined=quarantined)
+        rep.applied = self.applier.apply(gate.release(), quarantined=quarantined, blocks=blocks)
         t3 = time.perf_counter()
         rep.seconds = {"decode": decode_seconds + t1 - t0, "gate": t2 - t1, "apply": t3 - t2}
         for stage, secs in rep.seconds.items():

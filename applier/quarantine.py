@@ -30,6 +30,10 @@ from applier.progress import now, quarantined_rows as rows
 
 HELD = "held"
 STATES = ("held", "retried", "discarded", "skipped")
+#: the row_key of a table-wide block: an undecodable message of the table (its row key cannot be read) holds
+#: every later change of the table behind it
+WHOLE_TABLE = "*"
+UNDECODABLE = "undecodable"  # the kind of such a block's row
 BlockedKey = tuple[str, str, str]  # (upstream schema, upstream table, row_key)
 
 
@@ -158,6 +162,17 @@ class RowQuarantine:
             pipeline=self.pipeline, source_schema=ev.schema, source_table=ev.table, row_key=row_key[:1024],
             commit_ts=ev.commit_ts, topic=ev.position.topic, kafka_partition=ev.position.partition,
             kafka_offset=ev.position.offset, kind=kind, state=state, reason=reason[:4000], event=event_json(ev),
+            created_at=now()))
+
+    def block_table(self, conn: Connection, schema: str, table: str, position: SourcePosition, reason: str) -> None:
+        """An undecodable message of ``schema.table`` (its raw bytes are in ``applier_quarantine``): every later
+        change of the table is held behind this row until it is discarded (after the operator made its change
+        by hand, or decided it needs none)."""
+        conn.execute(insert(rows).values(
+            pipeline=self.pipeline, source_schema=schema, source_table=table, row_key=WHOLE_TABLE, commit_ts=0,
+            topic=position.topic, kafka_partition=position.partition, kafka_offset=position.offset,
+            kind=UNDECODABLE, state=HELD, reason=reason[:4000],
+            event=json.dumps({"undecodable": [position.topic, position.partition, position.offset]}),
             created_at=now()))
 
     def find(self, conn: Connection, *, states: Iterable[str] = (HELD,), table: tuple[str, str] | None = None,

@@ -39,13 +39,14 @@ from applier import progress as p
 from applier.config import ConfigError
 from applier.events import RowChange
 from applier.progress import ProgressStore, holder_name
-from applier.quarantine import HELD, STATES, HeldRow, RowQuarantine
+from applier.quarantine import HELD, STATES, UNDECODABLE, WHOLE_TABLE, HeldRow, RowQuarantine
 from applier.sinks import db_reason, plan_batch
 from applier.sinks.table import shown
 
 __all__ = [
     "DiscardResult", "KeyGroup", "Listing", "NothingMatched", "QuarantinedMessage", "Redrive", "RedriveError",
-    "RetryFailed", "RetryResult", "Selection", "TableBatch", "TargetUnavailable", "UnreadableEvent", "group_rows",
+    "RetryFailed", "RetryResult", "Selection", "TableBatch", "TableBlocked", "TargetUnavailable", "UnreadableEvent",
+    "group_rows", "refuse_blocked_tables",
     "parse_key", "parse_table", "shown_key", "table_batches", "whole_keys", "who_am_i",
 ]
 
@@ -118,7 +119,9 @@ def parse_table(text: str) -> TableName:
 def parse_key(text: str) -> str:
     """``--key`` as ``list`` shows it (a JSON array of the key's values, e.g. ``[7]`` or ``[1,"a"]``), in the
     exact text ``row_key`` holds, so it compares by text in SQL. A single JSON scalar is taken as a one-column key;
-    spaces do not matter."""
+    spaces do not matter. ``*`` is a table blocked by an undecodable message."""
+    if text.strip() == WHOLE_TABLE:
+        return WHOLE_TABLE
     try:
         value = json.loads(text)
     except ValueError:
@@ -282,6 +285,29 @@ class UnreadableEvent(RedriveError):
                          f"{shown_key(h.row_key)}) cannot be read back: {type(exc).__name__}: {exc}. Repair its "
                          "event column or discard its key")
         self.row = h
+
+
+class TableBlocked(RedriveError):
+    """A table whose later changes wait behind an undecodable message: its changes cannot be retried before the
+    message is dealt with (it would be overtaken)."""
+
+    code = 4
+
+    def __init__(self, h: HeldRow) -> None:
+        super().__init__(
+            f"upstream table {shown(h.schema, h.table)} is blocked by the undecodable message at {h.position} "
+            f"(held id {h.id}: {h.reason[:200]}). Its change cannot be applied from here: make it by hand if it "
+            f"is needed (`applier quarantine show` the message), then release the table with `applier quarantine "
+            f"discard -c CONF --id {h.id} --reason TEXT`, and retry the table's held changes")
+        self.row = h
+
+
+def refuse_blocked_tables(groups: Sequence[KeyGroup], held_of: Callable[[TableName], Iterable[HeldRow]]) -> None:
+    """Raise :class:`TableBlocked` when a table of ``groups`` still has a held undecodable message."""
+    for t in sorted({(g.schema, g.table) for g in groups}):
+        for h in held_of(t):
+            if h.kind == UNDECODABLE and h.state == HELD:
+                raise TableBlocked(h)
 
 
 def table_batches(groups: Sequence[KeyGroup]) -> list[TableBatch]:
@@ -549,7 +575,10 @@ class Redrive:
         refusal, roll back, keep them held with the new reason and raise :class:`RetryFailed`."""
         sel.check("retry")
         by = by or who_am_i()
-        self.targets(table_batches(self.preview(sel)))  # refuse before claiming: unreadable event, unrouted table
+        groups = self.preview(sel)
+        with self.engine.connect() as conn:
+            refuse_blocked_tables(groups, lambda t: self.rq.find(conn, table=t))
+        self.targets(table_batches(groups))  # refuse before claiming: unreadable event, unrouted table
         store = self._claim()
         assert store.epoch is not None
         writer = self.dialect.writer(self.batch_rows)
@@ -560,6 +589,7 @@ class Redrive:
                 writer.begin(conn)
                 store.check_writer(conn)  # holds off a newer claim until this transaction ends
                 groups = self.select(conn, sel)  # again, now that the pipeline is fenced: it may have held more
+                refuse_blocked_tables(groups, lambda t: self.rq.find(conn, table=t))
                 batches = table_batches(groups)
                 targets = self.targets(batches)
                 written: dict[TableName, tuple[int, int]] = {}

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from sqlalchemy.engine import Connection
 
 from applier.events import RowChange
-from applier.quarantine import RowQuarantine, key_text, keys_of
+from applier.events import SourcePosition
+from applier.quarantine import WHOLE_TABLE, RowQuarantine, key_text, keys_of
 from applier.sinks import ApplyError, BatchPlan, Sink, db_reason, plan_batch
 from applier.sinks.table import TableMeta, shown
 from applier.timing import StageTimer
@@ -75,6 +76,12 @@ class SetAside:
         """The transaction rolled back: reload the blocked keys from the target next time."""
         self._blocked = None
 
+    def block_table(self, conn: Connection, schema: str, table: str, position: SourcePosition, reason: str) -> None:
+        """An undecodable message of this upstream table: hold every later change of the table behind it."""
+        assert self._blocked is not None, "load() runs at the start of every transaction"
+        self.quarantine.block_table(conn, schema, table, position, reason)
+        self._blocked.setdefault((schema, table), set()).add(WHOLE_TABLE)
+
     def hold_blocked(self, conn: Connection, meta: TableMeta, changes: list[RowChange]) -> tuple[list[RowChange], int]:
         """Hold every change of a blocked key (in commit order, behind the held ones), whatever the policy in
         force now: letting it through would overtake the change that is held. Returns (the rest, held count)."""
@@ -83,16 +90,18 @@ class SetAside:
             return changes, 0
         keep = []
         n = 0
+        whole = WHOLE_TABLE in blocked
         for ch in changes:
             ks = keys_of(ch, meta.key)
-            hit = next((k for k in ks if k in blocked), None)
+            hit = WHOLE_TABLE if whole else next((k for k in ks if k in blocked), None)
             if hit is None:
                 keep.append(ch)
                 continue
             blocked.update(ks)  # a key-changing update blocks its new key too
+            why = ("held behind an undecodable message of this table" if hit == WHOLE_TABLE else
+                   f"held behind an earlier change of key {hit} that is quarantined")
             for k in ks:
-                self.quarantine.hold(conn, ch, k, kind="blocked",
-                                     reason=f"held behind an earlier change of key {hit} that is quarantined")
+                self.quarantine.hold(conn, ch, k, kind="blocked", reason=why)
             n += 1
         return keep, n
 

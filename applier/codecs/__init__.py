@@ -14,7 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from applier.events import Event, KafkaMessage
 
-__all__ = ["Decoder", "HoldsMessages", "batch_hint", "decodes_alone", "get_decoder", "protocols"]
+__all__ = ["Decoder", "HoldsMessages", "NamesTables", "batch_hint", "decodes_alone", "get_decoder", "protocols",
+           "table_of"]
 
 # Kafka messages per micro-batch when [pipeline] max_offsets_per_trigger is not set. A decoder class may say
 # otherwise with a class attribute ``max_offsets_per_trigger`` (Open Protocol batches up to 16 row changes per
@@ -45,6 +46,29 @@ class HoldsMessages(Protocol):
     def held_min_commit_ts(self) -> int | None:
         """The lowest commit ts among held messages (None when nothing is held or it is unknown)."""
         ...
+
+
+@runtime_checkable
+class NamesTables(Protocol):
+    """A decoder that can often still read which table an undecodable message belongs to (the parts of it that
+    do parse): the pipeline then holds every later change of that table behind the quarantined message."""
+
+    def table_of(self, msg: KafkaMessage) -> "tuple[str, str] | None":
+        """(schema, table) of the message as far as it can be read, or None; never raises."""
+        ...
+
+
+def table_of(decoder: Any, msg: KafkaMessage) -> "tuple[str, str] | None":
+    """The table a (bad) message belongs to, when its decoder can tell; None otherwise, whatever happens."""
+    if not isinstance(decoder, NamesTables):
+        return None
+    try:
+        named = decoder.table_of(msg)
+    except Exception:
+        return None
+    if named is None or not all(isinstance(x, str) and x for x in named):
+        return None
+    return named[0], named[1]
 
 
 def _decoder_class(protocol: str) -> type | None:

@@ -147,6 +147,14 @@ class CanalJSONDecoder:
         self._recent: dict[tuple[str, str], list[_Shape]] = {}
         self._row_converters: dict[tuple, Callable[[Iterable[Any]], dict[str, Any]]] = {}
 
+    def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
+        """The table of an undecodable message: its ``database`` and ``table`` fields, when the JSON parses."""
+        doc = orjson.loads(msg.value) if msg.value else None
+        if type(doc) is not dict or doc.get("isDdl") is True:
+            return None
+        schema, table = doc.get("database"), doc.get("table")
+        return (schema, table) if isinstance(schema, str) and isinstance(table, str) else None
+
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record (several for a multi-row message). Raises only DecodeError."""
         return guarded_decode(PROTOCOL, self._decode, msg)

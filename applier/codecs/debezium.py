@@ -443,6 +443,19 @@ class DebeziumDecoder:
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)  # type: ignore[misc]
 
+    def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
+        """The table of an undecodable row message: ``source.db`` and ``source.table`` of its payload, when the
+        JSON parses (with or without the schema envelope)."""
+        doc = orjson.loads(msg.value) if msg.value else None
+        if type(doc) is not dict:
+            return None
+        payload = doc.get("payload", doc) if "schema" in doc else doc
+        source = payload.get("source") if type(payload) is dict else None
+        if type(source) is not dict or "ddl" in payload:
+            return None
+        schema, table = source.get("db"), source.get("table")
+        return (schema, table) if isinstance(schema, str) and isinstance(table, str) else None
+
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record. Raises only DecodeError."""
         return guarded_decode(PROTOCOL, self._decode, msg)

@@ -468,6 +468,21 @@ class OpenDecoder:
 
     # -- public ---------------------------------------------------------------------------------------------
 
+    def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
+        """The table of an undecodable message, from its key (schema and table of every event in it), when the
+        key still parses and names one table."""
+        key = msg.key
+        if not isinstance(key, (bytes, bytearray)) or len(key) < 8:
+            return None
+        names = set()
+        for off, length in _split_frames(bytes(key), 8, "key"):
+            k = orjson.loads(bytes(key[off:off + length]))
+            names.add((k.get("scm"), k.get("tbl")))
+        if len(names) != 1:
+            return None
+        schema, table = names.pop()
+        return (schema, table) if isinstance(schema, str) and isinstance(table, str) else None
+
     def decode(self, msg: KafkaMessage) -> list:
         """All events of one Kafka record, in order. Raises DecodeError (only) for malformed input."""
         return guarded_decode(PROTOCOL, self._decode, msg)

@@ -633,6 +633,17 @@ class SimpleDecoder:
 
     # -- the Decoder protocol -------------------------------------------------------------------------------
 
+    def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
+        """The table of an undecodable row message (JSON encoding): its ``database`` and ``table`` fields, when
+        the JSON parses. DDL and BOOTSTRAP messages block nothing (their table's rows wait for a schema anyway)."""
+        if self.encoding_format != "json" or not msg.value:
+            return None
+        doc = orjson.loads(msg.value)
+        if type(doc) is not dict or doc.get("type") not in ("INSERT", "UPDATE", "DELETE"):
+            return None
+        schema, table = doc.get("database"), doc.get("table")
+        return (schema, table) if isinstance(schema, str) and isinstance(table, str) else None
+
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record (plus any held rows it releases). Raises only DecodeError."""
         out = self._ready

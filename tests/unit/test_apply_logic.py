@@ -453,3 +453,19 @@ def test_a_quarantine_the_target_cannot_store_stops_the_run_and_loses_nothing() 
         ap.apply(gate.release())
     assert not [e for e in sink.log if e[0] == "save"] and gate.applied_ts == 0  # a rerun applies it all again
     assert held(ap) == []
+
+
+def test_an_undecodable_message_of_a_table_holds_every_later_change_of_that_table() -> None:
+    from applier.events import KafkaMessage
+
+    sink = FakeSink()
+    ap, gate = setup(sink, on_apply_error="quarantine")
+    bad = KafkaMessage("k", 0, 3, b"key", b"garbage")
+    gate.add([row(10, 0, 1, 1), Resolved(10, SourcePosition("k", 0, 1))])
+    ap.apply(gate.release(), quarantined=[(bad, "cannot decode")], blocks=[("s", "t", bad, "cannot decode")])
+    assert [w for e, w in sink.log if e == "write"] == []  # released after the block: held too
+    gate.add([row(11, 4, 2, 2), RowChange("s", "other", 11, Op.INSERT, None, {"id": 9, "v": 9}, COLS,
+                                          SourcePosition("k", 0, 5)), Resolved(11, SourcePosition("k", 0, 6))])
+    ap.apply(gate.release())
+    assert [w for e, w in sink.log if e == "write"] == [([], [9])]  # only the other table
+    assert [(k, kind) for k, kind, _, _ in held(ap)] == [("*", "undecodable"), ("[1]", "blocked"), ("[2]", "blocked")]

@@ -437,3 +437,19 @@ def test_an_unreachable_target_exits_5_without_the_password(tmp_path: Path, caps
     assert main(["quarantine", "list", "-c", str(cfg)]) == EXIT_TARGET
     err = capsys.readouterr().err
     assert "[target] url" in err and "Sup3rS3cret" not in err
+
+
+def test_a_table_blocked_by_an_undecodable_message_is_not_retried_and_star_names_the_block() -> None:
+    from applier.redrive import TableBlocked, refuse_blocked_tables
+    from applier.quarantine import HeldRow
+
+    assert parse_key(" * ") == "*"
+    marker = HeldRow(7, "shop", "items", "*", 0, SourcePosition("t", 0, 9), "undecodable", "held", "bad bytes",
+                     '{"undecodable": ["t", 0, 9]}', dt.datetime(2026, 1, 1))
+    change = HeldRow(8, "shop", "items", "[1]", 100, SourcePosition("t", 0, 10), "blocked", "held", "behind",
+                     "{}", dt.datetime(2026, 1, 1))
+    groups = group_rows([change])
+    with pytest.raises(TableBlocked, match=r"blocked by the undecodable message at topic=t partition=0 offset=9 "
+                                           r"\(held id 7"):
+        refuse_blocked_tables(groups, lambda t: [marker, change])
+    refuse_blocked_tables(groups, lambda t: [change])  # released: nothing to refuse
