@@ -241,7 +241,9 @@ def test_executors_without_the_dependencies_stop_the_run(urls, cluster, unique, 
     res = _applier("run", "-c", str(write_toml(tmp_path / "c.toml", cfg)), "--until-caught-up")
     assert res.returncode == 2, res.stderr[-3000:]
     assert "spark.pyspark.python" in res.stderr and "No module named" in res.stderr, res.stderr[-3000:]
-    assert "Traceback" not in res.stderr, res.stderr[-6000:]
+    # no traceback of the applier's own (one starts a line); Spark's log may quote the executor's, mid-line, when
+    # it reports the stage's other task as killed after the first failure (timing decides whether it does)
+    assert not [ln for ln in res.stderr.splitlines() if ln.startswith("Traceback")], res.stderr[-6000:]
     assert res.stderr.strip().splitlines()[-1].startswith("config error:")
     engine = create_engine(urls.mariadb_url)
     try:
