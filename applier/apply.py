@@ -29,12 +29,12 @@ from sqlalchemy.engine import Connection, Engine
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL
 from applier.dialect import Dialect
-from applier.events import DDL, KafkaMessage, RowChange
+from applier.events import DDL, RowChange
 from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
-from applier.quarantine import RowQuarantine, key_text, keys_of
+from applier.quarantine import RowQuarantine, UndecodableMessage, key_text, keys_of
 from applier.setaside import SetAside, find_refused
-from applier.shards import ALREADY_ADDED, ShardGuard
+from applier.shards import ALREADY_ADDED, ShardGuard, reshapes
 from applier.sinks import ApplyError, BatchPlan, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
 from applier.sinks.table import TableMeta, shown
@@ -96,22 +96,19 @@ class Applier:
         self.total = ApplyStats()
 
     # ---- entry point -----------------------------------------------------------------------------------
-    def apply(self, rel: Release, *, quarantined: Iterable[tuple[KafkaMessage, str]] = (), batches: int = 1,
-              blocks: Iterable[tuple[str, str, KafkaMessage, str]] = ()) -> ApplyStats:
-        """Apply a release of the gate and record progress, even when nothing was released. ``blocks``:
-        (upstream schema, table, message, reason) of quarantined messages whose table is known, which hold every
-        later change of their table (invariant 12)."""
+    def apply(self, rel: Release, *, undecodable: Iterable[UndecodableMessage] = (), batches: int = 1) -> ApplyStats:
+        """Apply a release of the gate and record progress, even when nothing was released. ``undecodable``:
+        messages the policy quarantined or skipped, recorded in this transaction; a held one holds every later
+        change of its table, or of its partition when its table is unknown (invariant 12)."""
         stats = ApplyStats()
         with self.engine.connect() as conn:
             tx = conn.begin()
             self.sink.begin(conn)
             try:
                 self.aside.load(conn)
-                for msg, reason in quarantined:
-                    self.store.quarantine(conn, msg, reason)
-                for schema, table, msg, reason in blocks:
-                    if self.route(schema, table) is not None:
-                        self.aside.block_table(conn, schema, table, msg.position, reason)
+                for u in undecodable:
+                    self.store.quarantine(conn, u.message, u.reason)
+                    self.aside.block(conn, u)
                 progress: dict[tuple[str, str], TableProgress] = {}
                 chunk: list[RowChange] = []
                 for ev in rel:
@@ -259,6 +256,7 @@ class Applier:
                 ) from None
             self._skip(conn, ev, key, rel, stats, str(exc))
             return
+        self._refuse_over_held(ev, tr)
         shared = self.shards.conflict(ev, tr)
         if shared == ALREADY_ADDED:
             self._skip(conn, ev, key, rel, stats, "shard DDL already applied: every column it adds is in the merged "
@@ -293,6 +291,19 @@ class Applier:
         stats.ddls += 1
         stats.transactions += 1
         log.info("applied DDL at %s (commit ts %d): %s", ev.position, ev.commit_ts, "; ".join(tr.statements) or "(nothing to do downstream)")
+
+    def _refuse_over_held(self, ev: DDL, tr: TranslatedDDL) -> None:
+        """A DDL that drops, truncates or reshapes a table waits for the quarantined changes and undecodable
+        messages older than it (see :meth:`SetAside.ddl_waits_for`): the run stops, and goes on once the operator
+        retried or discarded them. An additive one runs: the held changes stay valid under it (a row retried
+        later gets the added column's default, as it did upstream)."""
+        what = reshapes(tr)
+        if not what:
+            return
+        why = self.aside.ddl_waits_for(ev.position, {(ev.schema, ev.table), *tr.sources})
+        if why is not None:
+            raise ApplyError(f"DDL at {ev.position} (commit ts {ev.commit_ts}) was not run ({what}): {why}; then "
+                             "restart")
 
     def _skip(self, conn: Connection, ev: DDL, key: str, rel: Release, stats: ApplyStats, detail: str) -> None:
         with conn.begin():

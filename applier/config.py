@@ -27,7 +27,7 @@ Example (every key; see ``conf/*.toml``)::
     local_dir = ""                        # driver-local lock + spill; default: see above
     buffer_memory_mb = 512                # held-event budget before spilling to disk; >= 1
     spill_dir = ""                        # default: <local_dir>/spill
-    on_decode_error = "stop"              # stop | quarantine
+    on_decode_error = "stop"              # stop | quarantine (hold the message, block its table) | skip (record, go on)
     trigger_interval = "1 second"         # "<n> ms|millisecond(s)|second(s)|minute(s)"
     max_offsets_per_trigger = 100000      # optional int >= 1
     decode_on = "auto"                    # auto | executors | driver (where Kafka records are decoded)
@@ -76,7 +76,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from applier.routing import APPLY_ERROR_POLICIES, MAX_NAME_LENGTH, Rule, RuleError
+from applier.routing import APPLY_ERROR_POLICIES, DECODE_ERROR_POLICIES, MAX_NAME_LENGTH, Rule, RuleError
 
 __all__ = [
     "ConfigError",
@@ -212,7 +212,7 @@ _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "sta
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
                 "retry_seconds")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
-_ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error")
+_ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decode_error")
 
 
 _URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -328,7 +328,7 @@ class PipelineSettings(_RedactedRepr):
     buffer_memory_mb: int = 512
     spill_dir: Path = Path()
     local_dir: Path = Path()  # driver-local: the lock file and the default spill folder
-    on_decode_error: str = "stop"  # stop | quarantine
+    on_decode_error: str = "stop"  # stop | quarantine | skip: a message that cannot be decoded
     trigger_interval: str = "1 second"  # canonical Spark form: "<n> milliseconds|seconds|minutes"
     trigger_interval_ms: int = 1000
     max_offsets_per_trigger: int | None = None
@@ -466,6 +466,7 @@ class RouteSettings(_RedactedRepr):
     table: str | None = None
     ignore: bool = False
     on_apply_error: str | None = None
+    on_decode_error: str | None = None
 
     def redacted(self) -> dict[str, Any]:
         out: dict[str, Any] = {"match": self.match}
@@ -477,6 +478,8 @@ class RouteSettings(_RedactedRepr):
             out["ignore"] = True
         if self.on_apply_error is not None:
             out["on_apply_error"] = self.on_apply_error
+        if self.on_decode_error is not None:
+            out["on_decode_error"] = self.on_decode_error
         return out
 
 
@@ -502,6 +505,12 @@ class Settings(_RedactedRepr):
 
         return decodes_alone(self.source.protocol)
 
+    def stops_at_decode_error(self) -> bool:
+        """Whether the first message that cannot be decoded stops the run: only when no policy anywhere says
+        otherwise (a [[route]] rule's ``on_decode_error`` needs every error collected to decide per table)."""
+        return self.pipeline.on_decode_error == "stop" and all(
+            r.on_decode_error in (None, "stop") for r in self.routes)
+
     def redacted(self) -> dict[str, Any]:
         """Everything, secrets masked: for ``applier status`` and logs."""
         return {
@@ -511,7 +520,8 @@ class Settings(_RedactedRepr):
             "target": self.target.redacted(),
             "spark": self.spark.redacted(),
             "route": [
-                RouteSettings(r.match, r.schema, r.table, r.ignore, r.on_apply_error).redacted() for r in self.routes
+                RouteSettings(r.match, r.schema, r.table, r.ignore, r.on_apply_error, r.on_decode_error).redacted()
+                for r in self.routes
             ],
         }
 
@@ -730,7 +740,7 @@ class _Parser:
         local_dir = self.local_dir_key(d, "local_dir", "/var/lib/applier/<name>") or default_local
         buffer_mb = self.positive_int(d, p, "buffer_memory_mb", 512, 512)
         spill_dir = self.local_dir_key(d, "spill_dir", "/var/lib/applier/<name>/spill") or local_dir / "spill"
-        on_decode_error = self.choice(d, p, "on_decode_error", ("stop", "quarantine"), "stop")
+        on_decode_error = self.choice(d, p, "on_decode_error", DECODE_ERROR_POLICIES, "stop")
         interval_text = self.get(d, p, "trigger_interval", str, hint='trigger_interval = "1 second"', default="1 second")
         interval, interval_ms = self.duration("pipeline.trigger_interval", interval_text)
         max_offsets = self.positive_int(d, p, "max_offsets_per_trigger", None, 100000)
@@ -978,6 +988,8 @@ class _Parser:
             table = self.get(entry, key, "table", str, hint='table = "{table}"', default=None)
             ignore = self.get(entry, key, "ignore", bool, hint="ignore = true", default=None)
             on_apply = self.get(entry, key, "on_apply_error", str, hint='on_apply_error = "quarantine"', default=None)
+            on_decode = self.get(entry, key, "on_decode_error", str, hint='on_decode_error = "quarantine"',
+                                 default=None)
             if ignore is False and match.strip(" \t").startswith("!"):
                 raise self.error(
                     f"{key}.ignore",
@@ -985,7 +997,7 @@ class _Parser:
                 )
             try:
                 rules.append(Rule(match, schema=schema, table=table, ignore=bool(ignore), name=key,
-                                  on_apply_error=on_apply))
+                                  on_apply_error=on_apply, on_decode_error=on_decode))
             except RuleError as exc:
                 raise self.error(f"{key}.{exc.field}", f"{exc.message} (in match = {match!r})") from None
         return tuple(rules)

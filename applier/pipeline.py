@@ -67,7 +67,7 @@ def read_chunks(df, spec: WorkerSpec) -> list[bytes]:
 
 def worker_spec(settings: Settings) -> WorkerSpec:
     return WorkerSpec(settings.source.protocol, tuple(sorted(settings.source.codec.items())),
-                      stop_at_error=settings.pipeline.on_decode_error != "quarantine")
+                      stop_at_error=settings.stops_at_decode_error())
 
 
 def read_messages(df) -> list[KafkaMessage]:
@@ -113,7 +113,7 @@ def recover_from_decoder_crash(spark, settings: Settings, marker: DecodingMarker
                   "recurs, report it with the traceback the dead run printed)", describe(ranges))
         marker.disarm()
         return {}
-    if settings.pipeline.on_decode_error != "quarantine":
+    if settings.pipeline.on_decode_error == "stop":  # a killer's table is never read: the global policy decides
         msg, how = killers[0]
         raise DecodeError(msg.position, killed_reason(how), protocol=settings.source.protocol)
     marker.disarm()  # found: this run quarantines them; were it killed first, the next crash marks them again
@@ -381,6 +381,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     processor = BatchProcessor(
         engine=engine, decoder=decoder_for(settings), route=router.route, ddl_scope=router.routed_by_rule,
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
+        decode_error_policy=router.decode_error_policy, stops_at_decode_error=settings.stops_at_decode_error(),
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
         shard_ddl=settings.target.shard_ddl, on_apply_error=settings.target.on_apply_error,

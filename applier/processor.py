@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sqlalchemy.engine import Engine
 
@@ -19,9 +19,10 @@ from applier.codecs import Decoder, HoldsMessages, table_of
 from applier.crashguard import DriverDecodeGuard
 from applier.decode import KILLED, Decoded, decode_chunk, decode_messages
 from applier.dialect import Dialect, dialect_for
-from applier.events import DDL, KafkaMessage, RowChange
+from applier.events import DDL, DecodeError, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import PipelineState, ProgressStore
+from applier.quarantine import HELD, SKIPPED, UndecodableMessage
 from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.processor")
@@ -42,6 +43,8 @@ class BatchReport:
 class BatchProcessor:
     def __init__(self, *, engine: Engine, decoder: Decoder, route, store: ProgressStore, state: PipelineState,
                  partitions: Iterable[tuple[str, int]], on_decode_error: str = "stop",
+                 decode_error_policy: Callable[[str, str], str | None] | None = None,
+                 stops_at_decode_error: bool | None = None,
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
                  on_unsupported_ddl: str = "stop", shard_ddl: str = "stop", on_apply_error: str = "stop",
                  apply_error_policy=None, ddl_scope=None, guard: DriverDecodeGuard | None = None,
@@ -50,7 +53,10 @@ class BatchProcessor:
         self.decoder = decoder
         self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
         self.route = route
-        self.stop_at_error = on_decode_error != "quarantine"
+        self.on_decode_error = on_decode_error  # stop | quarantine | skip, for a message whose table is unknown
+        # a [[route]] rule's own on_decode_error for the tables it decides (None: the one above)
+        self.decode_error_policy = decode_error_policy or (lambda schema, table: None)
+        self.stop_at_error = on_decode_error == "stop" if stops_at_decode_error is None else stops_at_decode_error
         holds = None
         if isinstance(decoder, HoldsMessages):
             holds = lambda: (decoder.held_offsets(), decoder.held_min_commit_ts())  # noqa: E731
@@ -101,19 +107,10 @@ class BatchProcessor:
         rep = BatchReport()
         t0 = time.perf_counter()
         gate = self.gate
-        quarantined: list[tuple[KafkaMessage, str]] = []
-        blocks: list[tuple[str, str, KafkaMessage, str]] = []
+        undecodable = [self._settle(bad, exc) for bad, exc in decoded.errors]
         for bad, exc in decoded.errors:
-            if self.stop_at_error:
-                raise exc
-            quarantined.append((bad, exc.reason))
-            # a message that killed the decoder process is not parsed again, not even for its table name
-            named = None if KILLED in exc.reason else table_of(self.decoder, bad)
-            if named is not None:  # nothing later of its table may overtake it (invariant 12)
-                blocks.append((*named, bad, f"the message at {bad.position} cannot be decoded: {exc.reason}"))
             if exc.held_message is None:
                 gate.note_offset(bad.topic, bad.partition, bad.offset)
-            log.error("quarantined %s", exc)
         for topic, partition, offset in decoded.empty:
             gate.note_offset(topic, partition, offset)
         # Routing is pure configuration, so its answer per (schema, table) is remembered (the router's own
@@ -134,12 +131,12 @@ class BatchProcessor:
             events.append(ev)
         rep.messages = decoded.messages
         rep.events = len(events)
-        rep.quarantined = len(quarantined)
+        rep.quarantined = len(undecodable)
         t1 = time.perf_counter()
         gate.add(events)
         t2 = time.perf_counter()
         self.batches += 1
-        rep.applied = self.applier.apply(gate.release(), quarantined=quarantined, blocks=blocks)
+        rep.applied = self.applier.apply(gate.release(), undecodable=undecodable)
         t3 = time.perf_counter()
         rep.seconds = {"decode": decode_seconds + t1 - t0, "gate": t2 - t1, "apply": t3 - t2}
         for stage, secs in rep.seconds.items():
@@ -149,6 +146,31 @@ class BatchProcessor:
         rep.held = gate.held
         self._total(rep)
         return rep
+
+    def _settle(self, bad: KafkaMessage, exc: DecodeError) -> UndecodableMessage:
+        """What the policy in force does with a message that cannot be decoded: stop (raise), or quarantine it
+        so nothing later of its table (its partition, when the table cannot be read) overtakes it (invariant
+        12), or skip it with a record. A message of a table no route keeps is recorded as skipped: it would
+        have been dropped anyway."""
+        # a message that killed the decoder process is not parsed again, not even for its table name
+        named = None if KILLED in exc.reason else table_of(self.decoder, bad)
+        reason = f"the message at {bad.position} cannot be decoded: {exc.reason}"
+        try:
+            routed = named is None or self.route(*named) is not None
+        except Exception:  # a name a [[route]] template cannot make a target name of: treat it as unreadable
+            named, routed = None, True
+        if not routed:
+            assert named is not None
+            log.warning("skipped %s (its table %s.%s is not routed)", exc, *named)
+            return UndecodableMessage(bad, f"{reason} (its table is not routed: recorded, nothing held)", named,
+                                      SKIPPED)
+        policy = (self.decode_error_policy(*named) if named is not None else None) or self.on_decode_error
+        if policy == "stop":
+            raise exc
+        log.error("%s %s%s", "skipped" if policy == "skip" else "quarantined", exc,
+                  "" if named is not None or policy == "skip" else
+                  "; its table cannot be read, so every later change of its partition is held behind it")
+        return UndecodableMessage(bad, reason, named, SKIPPED if policy == "skip" else HELD)
 
     def _total(self, rep: BatchReport) -> None:
         t = self.totals

@@ -25,16 +25,39 @@ from typing import Any, Iterable, Sequence
 from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from applier.events import Column, Op, RowChange, SourcePosition
+from applier.events import Column, KafkaMessage, Op, RowChange, SourcePosition
 from applier.progress import now, quarantined_rows as rows
 
 HELD = "held"
+SKIPPED = "skipped"
 STATES = ("held", "retried", "discarded", "skipped")
-#: the row_key of a table-wide block: an undecodable message of the table (its row key cannot be read) holds
-#: every later change of the table behind it
+#: the row_key of a block: an undecodable message (its row key cannot be read) holds every later change of its
+#: table behind it, or, when not even its table can be read, every later change of its Kafka partition
 WHOLE_TABLE = "*"
 UNDECODABLE = "undecodable"  # the kind of such a block's row
+#: the (schema, table) of a partition block: the message's table is unknown
+UNKNOWN_TABLE = ("", "")
 BlockedKey = tuple[str, str, str]  # (upstream schema, upstream table, row_key)
+Partition = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(frozen=True)
+class UndecodableMessage:
+    """A message that cannot be decoded, as the policy in force settled it (applier.processor).
+
+    ``table`` is the upstream table the message names, when that much of it can be read; None when not even
+    that can (it then blocks its Kafka partition: with TiCDC's table, index-value and column dispatchers every
+    later change of its row is in the same partition). ``state`` is ``held`` (quarantine: it blocks) or
+    ``skipped`` (recorded, nothing held)."""
+
+    message: KafkaMessage
+    reason: str
+    table: tuple[str, str] | None
+    state: str = HELD
+
+    @property
+    def blocks_partition(self) -> bool:
+        return self.table is None
 
 
 # ---- values and events as JSON ------------------------------------------------------------------------------
@@ -151,10 +174,22 @@ class RowQuarantine:
         self.pipeline = pipeline
 
     def blocked(self, conn: Connection) -> set[BlockedKey]:
-        """Every key with a held change: its later changes are held too."""
+        """Every key with a held change: its later changes are held too (undecodable messages: :meth:`blocks`)."""
         q = select(rows.c.source_schema, rows.c.source_table, rows.c.row_key).where(
-            rows.c.pipeline == self.pipeline, rows.c.state == HELD).distinct()
+            rows.c.pipeline == self.pipeline, rows.c.state == HELD, rows.c.kind != UNDECODABLE).distinct()
         return {(s, t, k) for s, t, k in conn.execute(q)}
+
+    def blocks(self, conn: Connection) -> dict[tuple[str, str], dict[Partition, int]]:
+        """Held undecodable messages: per upstream table (:data:`UNKNOWN_TABLE` for those whose table cannot be
+        read), the offset of the first one in each partition. What was read after it waits behind it."""
+        q = select(rows.c.source_schema, rows.c.source_table, rows.c.topic, rows.c.kafka_partition,
+                   func.min(rows.c.kafka_offset)).where(
+            rows.c.pipeline == self.pipeline, rows.c.state == HELD, rows.c.kind == UNDECODABLE).group_by(
+            rows.c.source_schema, rows.c.source_table, rows.c.topic, rows.c.kafka_partition)
+        out: dict[tuple[str, str], dict[Partition, int]] = {}
+        for s, t, topic, p, o in conn.execute(q):
+            out.setdefault((s, t), {})[(topic, int(p))] = int(o)
+        return out
 
     def hold(self, conn: Connection, ev: RowChange, row_key: str, *, kind: str, reason: str,
              state: str = HELD) -> None:
@@ -164,21 +199,33 @@ class RowQuarantine:
             kafka_offset=ev.position.offset, kind=kind, state=state, reason=reason[:4000], event=event_json(ev),
             created_at=now()))
 
-    def block_table(self, conn: Connection, schema: str, table: str, position: SourcePosition, reason: str) -> None:
-        """An undecodable message of ``schema.table`` (its raw bytes are in ``applier_quarantine``): every later
-        change of the table is held behind this row until it is discarded (after the operator made its change
-        by hand, or decided it needs none)."""
+    def block(self, conn: Connection, u: UndecodableMessage) -> bool:
+        """Record an undecodable message (its raw bytes are in ``applier_quarantine``) under its table, or under
+        :data:`UNKNOWN_TABLE` with its partition. Held, every later change of the table (or partition) is held
+        behind this row until ``applier quarantine retry`` decodes it again or ``discard`` gives it up. Once per
+        Kafka position: a rerun that reads the message again (its restart offset lies before it) adds nothing,
+        not even after a discard. Returns whether a row was added."""
+        pos = u.message.position
+        seen = select(rows.c.id).where(
+            rows.c.pipeline == self.pipeline, rows.c.kind == UNDECODABLE, rows.c.topic == pos.topic,
+            rows.c.kafka_partition == pos.partition, rows.c.kafka_offset == pos.offset)
+        if conn.execute(seen).first() is not None:
+            return False
+        schema, table = u.table or UNKNOWN_TABLE
         conn.execute(insert(rows).values(
             pipeline=self.pipeline, source_schema=schema, source_table=table, row_key=WHOLE_TABLE, commit_ts=0,
-            topic=position.topic, kafka_partition=position.partition, kafka_offset=position.offset,
-            kind=UNDECODABLE, state=HELD, reason=reason[:4000],
-            event=json.dumps({"undecodable": [position.topic, position.partition, position.offset]}),
+            topic=pos.topic, kafka_partition=pos.partition, kafka_offset=pos.offset,
+            kind=UNDECODABLE, state=u.state, reason=u.reason[:4000],
+            event=json.dumps({"undecodable": [pos.topic, pos.partition, pos.offset]}),
             created_at=now()))
+        return True
 
     def find(self, conn: Connection, *, states: Iterable[str] = (HELD,), table: tuple[str, str] | None = None,
-             row_key: str | None = None, ids: Iterable[int] | None = None) -> list[HeldRow]:
+             row_key: str | None = None, ids: Iterable[int] | None = None, kind: str | None = None) -> list[HeldRow]:
         """Quarantined changes in commit order (then Kafka order), filtered."""
         cond = [rows.c.pipeline == self.pipeline, rows.c.state.in_(list(states))]
+        if kind is not None:
+            cond.append(rows.c.kind == kind)
         if table is not None:
             cond += [rows.c.source_schema == table[0], rows.c.source_table == table[1]]
         if row_key is not None:

@@ -16,8 +16,14 @@ next transaction) and must be restarted, which reloads the blocked keys without 
 a running applier would keep holding new changes of a key behind changes that were just applied, or apply them
 while the retry's transaction is writing the same rows.
 
-The undecodable *messages* of ``applier_quarantine`` are only listed and shown: they block nothing, and
-re-applying one now could overwrite later changes of its rows that were applied meanwhile.
+An undecodable message quarantined under ``on_decode_error`` is a *block* (key ``*``): every later change of its
+table, or of its Kafka partition when not even its table could be read, was held behind it. ``retry`` decodes
+its raw record (kept in ``applier_quarantine``) again with the decoder the config gives now (after the operator
+upgraded the applier, or fixed ``[source.codec]``), and applies what it holds in commit order together with the
+changes selected behind it; a retry of changes behind a block takes the block with it, since they must not
+overtake it. A message that still cannot be decoded stays held with the new error. One whose content cannot be
+applied from here (a DDL, or changes of another table than the one it blocked) is refused with what to do by
+hand, then ``discard``.
 
 Layout: selecting and grouping are plain functions over :class:`~applier.quarantine.HeldRow` (unit-tested on
 SQLite); :class:`Redrive` does the I/O; :mod:`applier.redrive_text` formats; ``applier/cli.py`` parses options.
@@ -30,7 +36,7 @@ import getpass
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from sqlalchemy import inspect, select
 from sqlalchemy.engine import Connection, Engine
@@ -39,14 +45,15 @@ from applier import progress as p
 from applier.config import ConfigError
 from applier.events import RowChange
 from applier.progress import ProgressStore, holder_name
-from applier.quarantine import HELD, STATES, UNDECODABLE, WHOLE_TABLE, HeldRow, RowQuarantine
+from applier.events import DDL, DecodeError, KafkaMessage
+from applier.quarantine import HELD, STATES, UNDECODABLE, UNKNOWN_TABLE, WHOLE_TABLE, HeldRow, RowQuarantine
 from applier.sinks import db_reason, plan_batch
 from applier.sinks.table import shown
 
 __all__ = [
     "DiscardResult", "KeyGroup", "Listing", "NothingMatched", "QuarantinedMessage", "Redrive", "RedriveError",
-    "RetryFailed", "RetryResult", "Selection", "TableBatch", "TableBlocked", "TargetUnavailable", "UnreadableEvent",
-    "group_rows", "refuse_blocked_tables",
+    "RetryFailed", "RetryResult", "Selection", "TableBatch", "TargetUnavailable", "UnreadableEvent",
+    "UnreplayableMessage", "group_rows", "is_block", "with_blocks",
     "parse_key", "parse_table", "shown_key", "table_batches", "whole_keys", "who_am_i",
 ]
 
@@ -204,7 +211,14 @@ class KeyGroup:
 
     @property
     def upstream(self) -> str:
+        if (self.schema, self.table) == UNKNOWN_TABLE:
+            p = self.rows[0].position
+            return f"(table unknown: partition {p.partition} of {shown(p.topic)})"
         return shown(self.schema, self.table)
+
+    @property
+    def is_block(self) -> bool:
+        return is_block(self.rows[0])
 
     def as_json(self) -> dict[str, Any]:
         first = self.rows[0]
@@ -287,42 +301,70 @@ class UnreadableEvent(RedriveError):
         self.row = h
 
 
-class TableBlocked(RedriveError):
-    """A table whose later changes wait behind an undecodable message: its changes cannot be retried before the
-    message is dealt with (it would be overtaken)."""
+class UnreplayableMessage(RedriveError):
+    """A blocking message decodes now, but into something a retry cannot apply in order: a DDL, or changes of
+    another table than the one it blocked (whose later changes were not held)."""
 
     code = 4
 
-    def __init__(self, h: HeldRow) -> None:
+    def __init__(self, h: HeldRow, what: str) -> None:
         super().__init__(
-            f"upstream table {shown(h.schema, h.table)} is blocked by the undecodable message at {h.position} "
-            f"(held id {h.id}: {h.reason[:200]}). Its change cannot be applied from here: make it by hand if it "
-            f"is needed (`applier quarantine show` the message), then release the table with `applier quarantine "
-            f"discard -c CONF --id {h.id} --reason TEXT`, and retry the table's held changes")
+            f"the undecodable message at {h.position} (held id {h.id}) decodes now, but {what}. Make its change by "
+            f"hand if it is needed (`applier quarantine show -c CONF --message ID` shows its bytes), then release "
+            f"what it blocks with `applier quarantine discard -c CONF --id {h.id} --reason TEXT`")
         self.row = h
 
 
-def refuse_blocked_tables(groups: Sequence[KeyGroup], held_of: Callable[[TableName], Iterable[HeldRow]]) -> None:
-    """Raise :class:`TableBlocked` when a table of ``groups`` still has a held undecodable message."""
-    for t in sorted({(g.schema, g.table) for g in groups}):
-        for h in held_of(t):
-            if h.kind == UNDECODABLE and h.state == HELD:
-                raise TableBlocked(h)
+def is_block(h: HeldRow) -> bool:
+    """Whether a held row is an undecodable message that blocks its table (or partition)."""
+    return h.kind == UNDECODABLE and h.row_key == WHOLE_TABLE
 
 
-def table_batches(groups: Sequence[KeyGroup]) -> list[TableBatch]:
+def blocks_row(block: HeldRow, h: HeldRow) -> bool:
+    """Whether ``block`` holds ``h`` back: its table's block, or its partition's (table unknown) when ``h`` was
+    read after it."""
+    if (block.schema, block.table) == UNKNOWN_TABLE:
+        p, q = block.position, h.position
+        return (p.topic, p.partition) == (q.topic, q.partition) and q.offset > p.offset
+    return (block.schema, block.table) == (h.schema, h.table)
+
+
+def with_blocks(groups: Sequence[KeyGroup], blocks: Iterable[HeldRow]) -> list[KeyGroup]:
+    """``groups`` and the held blocks that hold any of their changes back: those must be retried first (in
+    the same transaction), or the retried changes would overtake them."""
+    blocks = [b for b in blocks if b.state == HELD and is_block(b)]
+    chosen = {h.id for g in groups for h in g.rows}
+    extra = [b for b in blocks if b.id not in chosen and any(blocks_row(b, h) for g in groups for h in g.rows)]
+    return group_rows([h for g in groups for h in g.rows] + extra) if extra else list(groups)
+
+
+def table_batches(groups: Sequence[KeyGroup],
+                  decoded: Mapping[TableName, Sequence[RowChange]] | None = None) -> list[TableBatch]:
     """The changes to write, per upstream table, in commit order then Kafka order; a change held under two keys
-    is written once. Raises :class:`UnreadableEvent` for an event that does not parse."""
+    is written once. ``decoded``: the changes of blocking messages decoded again, merged in by the same order
+    (the blocks' own ids are not in any batch). Raises :class:`UnreadableEvent` for an event that does not
+    parse."""
     out: dict[TableName, TableBatch] = {}
-    rows_of: dict[TableName, list[HeldRow]] = {}
+    items: dict[TableName, list[tuple[tuple[Any, ...], int | None, RowChange | None, HeldRow | None]]] = {}
     for g in groups:
+        if g.is_block:
+            continue
         b = out.setdefault((g.schema, g.table), TableBatch(g.schema, g.table))
         b.keys.append(g.row_key)
-        rows_of.setdefault((g.schema, g.table), []).extend(g.rows)
-    for t, rows in rows_of.items():
+        items.setdefault((g.schema, g.table), []).extend((_order(h), h.id, None, h) for h in g.rows)
+    for t, evs in (decoded or {}).items():
+        out.setdefault(t, TableBatch(*t))
+        items.setdefault(t, []).extend(
+            ((ev.commit_ts, ev.position.topic, ev.position.partition, ev.position.offset, -1), None, ev, None)
+            for ev in evs)
+    for t, its in items.items():
         b = out[t]
         seen: set[tuple[Any, ...]] = set()
-        for h in sorted(rows, key=_order):
+        for _, row_id, ev, h in sorted(its, key=lambda it: it[0]):
+            if h is None:
+                assert ev is not None
+                b.changes.append(ev)
+                continue
             b.ids.append(h.id)
             ident = event_identity(h)
             if ident in seen:
@@ -360,7 +402,7 @@ def shown_key(row_key: str) -> str:
 
 @dataclass(frozen=True)
 class QuarantinedMessage:
-    """An undecodable message of ``applier_quarantine`` (blocks nothing; cannot be retried)."""
+    """The raw record of an undecodable message in ``applier_quarantine`` (its block row, if held, is retried)."""
 
     id: int
     topic: str
@@ -409,6 +451,23 @@ class RetryResult:
     targets: dict[TableName, TableName]  # upstream table -> target table
     written: dict[TableName, tuple[int, int]]  # upstream table -> (rows upserted, rows deleted)
     by: str
+    redecoded: dict[int, int] = field(default_factory=dict)  # id of a blocking message -> row changes it held
+
+
+@dataclass
+class Redecoded:
+    """What the blocking messages of a retry hold, decoded again: row changes per upstream table (those of
+    tables no longer routed are left out, as the pipeline leaves them out), and the count per block id."""
+
+    changes: dict[TableName, list[RowChange]] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+
+
+class _StillUndecodable(Exception):
+    def __init__(self, block: HeldRow, reason: str) -> None:
+        super().__init__(reason)
+        self.block = block
+        self.reason = reason
 
 
 @dataclass
@@ -433,8 +492,10 @@ class Redrive:
     the config); ``dialect`` is found from the engine when first needed, so listing needs no writer."""
 
     def __init__(self, engine: Engine, pipeline: str, protocol: str, *, route: Route | None = None,
-                 gated: bool = True, batch_rows: int = 5000, dialect: Any = None) -> None:
+                 gated: bool = True, batch_rows: int = 5000, dialect: Any = None,
+                 decoder: Callable[[], Any] | None = None) -> None:
         self.engine = engine
+        self.decoder = decoder  # a fresh decoder of the pipeline's protocol and [source.codec], per retry
         self.pipeline = pipeline
         self.protocol = protocol
         self.route = route
@@ -448,7 +509,8 @@ class Redrive:
         from applier.pipeline import decoder_for, router_for
         router = router_for(settings)
         return cls(engine, settings.pipeline.name, settings.source.protocol, route=router.route,
-                   gated=decoder_for(settings).gated, batch_rows=settings.target.batch_rows)
+                   gated=decoder_for(settings).gated, batch_rows=settings.target.batch_rows,
+                   decoder=lambda: decoder_for(settings))
 
     @property
     def dialect(self) -> Any:
@@ -531,7 +593,61 @@ class Redrive:
         else:  # every held change of the matched tables: the keys' other changes, and linked keys
             candidates = [h for t in sorted({(h.schema, h.table) for h in matched})
                           for h in self.rq.find(conn, table=t)]
-        return whole_keys(matched, candidates)
+        return with_blocks(whole_keys(matched, candidates), self.rq.find(conn, kind=UNDECODABLE))
+
+    def _raw(self, conn: Connection, block: HeldRow) -> KafkaMessage:
+        q = p.quarantine
+        pos = block.position
+        row = conn.execute(select(q.c.msg_key, q.c.msg_value).where(
+            q.c.pipeline == self.pipeline, q.c.topic == pos.topic, q.c.kafka_partition == pos.partition,
+            q.c.kafka_offset == pos.offset)).first()
+        if row is None:
+            raise RedriveError(f"the raw record of the undecodable message at {pos} (held id {block.id}) is not in "
+                               f"{q.name} (deleted by hand?), so it cannot be decoded again: make its change by hand "
+                               f"if it is needed, then `applier quarantine discard -c CONF --id {block.id} --reason "
+                               "TEXT`", code=4)
+        k, v = row
+        return KafkaMessage(pos.topic, pos.partition, pos.offset, None if k is None else bytes(k),
+                            None if v is None else bytes(v))
+
+    def redecode(self, conn: Connection, groups: Sequence[KeyGroup]) -> Redecoded:
+        """Decode the blocking messages among ``groups`` again, in Kafka order, with a fresh decoder of the
+        config in force. Raises :class:`_StillUndecodable` for one that still fails, and
+        :class:`UnreplayableMessage` for one whose content a retry cannot apply in order."""
+        from applier.codecs import HoldsMessages
+
+        blocks = sorted((h for g in groups if g.is_block for h in g.rows),
+                        key=lambda h: (h.position.topic, h.position.partition, h.position.offset))
+        out = Redecoded()
+        if not blocks:
+            return out
+        if self.decoder is None:
+            raise RedriveError("no decoder given: build Redrive with decoder= (Redrive.from_settings does)", code=2)
+        decoder = self.decoder()
+        for b in blocks:
+            msg = self._raw(conn, b)
+            try:
+                evs = decoder.decode(msg)
+            except DecodeError as exc:
+                raise _StillUndecodable(b, f"the message still cannot be decoded: {exc.reason}") from exc
+            if isinstance(decoder, HoldsMessages) and decoder.held_offsets():
+                raise _StillUndecodable(b, "the message can only be decoded with its table's schema from an earlier "
+                                           "message of the stream, which the quarantine does not keep")
+            n = 0
+            for ev in evs:
+                if isinstance(ev, DDL):
+                    raise UnreplayableMessage(b, f"into a DDL ({ev.query[:200]!r}), which a retry does not run")
+                if type(ev) is not RowChange:
+                    continue  # a resolved ts or a schema: nothing to apply
+                if (b.schema, b.table) != UNKNOWN_TABLE and (ev.schema, ev.table) != (b.schema, b.table):
+                    raise UnreplayableMessage(b, f"into changes of upstream table {shown(ev.schema, ev.table)}, "
+                                                 f"not of {shown(b.schema, b.table)} whose later changes it held")
+                if self.route is not None and self.route(ev.schema, ev.table) is None:
+                    continue
+                out.changes.setdefault((ev.schema, ev.table), []).append(ev)
+                n += 1
+            out.counts[b.id] = n
+        return out
 
     def preview(self, sel: Selection) -> list[KeyGroup]:
         """The selection before anything is claimed: nothing matched, or a table no longer routed, must not
@@ -577,8 +693,8 @@ class Redrive:
         by = by or who_am_i()
         groups = self.preview(sel)
         with self.engine.connect() as conn:
-            refuse_blocked_tables(groups, lambda t: self.rq.find(conn, table=t))
-        self.targets(table_batches(groups))  # refuse before claiming: unreadable event, unrouted table
+            decoded = self._redecode_or_renote(conn, groups, by)
+        self.targets(table_batches(groups, decoded.changes))  # refuse before claiming: unreadable event, unrouted
         store = self._claim()
         assert store.epoch is not None
         writer = self.dialect.writer(self.batch_rows)
@@ -589,8 +705,12 @@ class Redrive:
                 writer.begin(conn)
                 store.check_writer(conn)  # holds off a newer claim until this transaction ends
                 groups = self.select(conn, sel)  # again, now that the pipeline is fenced: it may have held more
-                refuse_blocked_tables(groups, lambda t: self.rq.find(conn, table=t))
-                batches = table_batches(groups)
+                try:  # the same bytes and decoder as a moment ago, so this fails only if a block was just added
+                    decoded = self.redecode(conn, groups)
+                except _StillUndecodable as exc:
+                    raise RedriveError(f"{exc.reason} (held id {exc.block.id}, held while this retry started): "
+                                       "nothing was applied; run the command again", code=4) from None
+                batches = table_batches(groups, decoded.changes)
                 targets = self.targets(batches)
                 written: dict[TableName, tuple[int, int]] = {}
                 for b in batches:
@@ -631,7 +751,21 @@ class Redrive:
             with self.engine.begin() as conn:
                 self.rq.renote(conn, b.ids, reason)
             raise RetryFailed(message, reason=reason, groups=groups, renoted=b.ids)
-        return RetryResult(self.pipeline, store.epoch, groups, targets, written, by)
+        return RetryResult(self.pipeline, store.epoch, groups, targets, written, by, decoded.counts)
+
+    def _redecode_or_renote(self, conn: Connection, groups: Sequence[KeyGroup], by: str) -> Redecoded:
+        """:meth:`redecode`, with a message that still cannot be decoded kept held with the new error (and
+        :class:`RetryFailed` raised), before anything is claimed."""
+        try:
+            return self.redecode(conn, groups)
+        except _StillUndecodable as exc:
+            b = exc.block
+            reason = f"retry failed: {exc.reason} [{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M:%S}Z, {by}]"
+            self.rq.renote(conn, [b.id], reason)
+            conn.commit()
+            raise RetryFailed(f"the undecodable message at {b.position} (held id {b.id}) blocks "
+                              f"{KeyGroup(b.schema, b.table, b.row_key, b.state, (b,)).upstream}: {exc.reason}",
+                              reason=reason, groups=groups, renoted=[b.id]) from None
 
     def discard(self, sel: Selection, *, reason: str, by: str | None = None) -> DiscardResult:
         """Give up every held change of the selected keys, recording who and why (one transaction)."""

@@ -115,8 +115,9 @@ def format_listing(ls: Listing, *, limit: int = 50, config: str = "CONF") -> str
     if len(ls.groups) > limit:
         lines.append(f"  … and {len(ls.groups) - limit} more key(s) (--limit, or --json for all)")
     if ls.messages_listed:
-        lines.append("quarantined messages (undecodable; they block nothing and cannot be retried; `show ID "
-                     f"--message`): {len(ls.messages)}")
+        lines.append("quarantined messages (raw records that could not be decoded; one held under key * above blocks "
+                     "its table or partition, and `retry` decodes it again; `show ID --message` shows its bytes): "
+                     f"{len(ls.messages)}")
         for m in ls.messages[:limit]:
             lines.append(f"  id {m.id}  topic={shown(m.topic)} partition={m.partition} offset={m.offset}: "
                          f"{shown_text(m.reason, REASON_SHOWN)}")
@@ -179,7 +180,8 @@ def format_held(h: HeldRow) -> str:
 
 def format_message(m: QuarantinedMessage, *, preview: int = 400) -> str:
     lines = [
-        f"quarantined message id {m.id} (undecodable; it blocks nothing and cannot be retried)",
+        f"quarantined message id {m.id} (could not be decoded; `applier quarantine list` shows whether it still "
+        "blocks its table or partition, under key *)",
         f"  position   {shown(m.topic)} partition {m.partition} offset {m.offset}",
         f"  held since {utc_text(m.created_at)}",
         f"  reason     {shown_text(m.reason)}",
@@ -203,6 +205,13 @@ def format_retry(res: RetryResult) -> str:
     lines = [f"retried {changes} held change(s) of {len(res.groups)} key(s) in one transaction "
              f"(pipeline {res.pipeline}, by {shown_text(res.by)}):"]
     for g in res.groups:
+        if g.is_block:
+            for h in g.rows:
+                n = res.redecoded.get(h.id, 0)
+                lines.append(f"  {g.upstream}  undecodable message at {shown(h.position.topic)} partition "
+                             f"{h.position.partition} offset {h.position.offset} (id {h.id}): decoded again, "
+                             f"{n} row change(s) applied with the rest")
+            continue
         target = res.targets.get((g.schema, g.table))
         kinds = ", ".join(dict.fromkeys(_op(h) for h in g.rows))
         lines.append(f"  {g.upstream} -> {shown(*target) if target else '?'}  key {shown_key(g.row_key)}: "

@@ -307,6 +307,8 @@ def _check_template(key: str, template: str) -> frozenset[str]:
 
 #: what happens to a row change the target refuses (applier.apply, applier.quarantine)
 APPLY_ERROR_POLICIES = ("stop", "quarantine", "skip")
+#: what happens to a message that cannot be decoded (applier.processor): the same three choices
+DECODE_ERROR_POLICIES = APPLY_ERROR_POLICIES
 
 
 @dataclass(frozen=True)
@@ -318,7 +320,8 @@ class Rule:
     keeps the upstream name (``target.schema`` only applies to tables that no rule matches, so a
     rule that renames only the table keeps the upstream schema name). ``name`` labels the rule in
     error messages (``route[2]``). ``on_apply_error`` overrides ``[target] on_apply_error`` for the tables
-    this rule decides. Construction compiles the pattern once and raises :class:`RuleError` when the rule is
+    this rule decides, and ``on_decode_error`` overrides ``[pipeline] on_decode_error`` for their messages that
+    cannot be decoded (when the table can still be read from the message). Construction compiles the pattern once and raises :class:`RuleError` when the rule is
     invalid.
     """
 
@@ -328,6 +331,7 @@ class Rule:
     ignore: bool = False
     name: str = ""
     on_apply_error: str | None = None
+    on_decode_error: str | None = None
     _schema_m: _Matcher = field(init=False, repr=False, compare=False)
     _table_m: _Matcher = field(init=False, repr=False, compare=False)
     _schema_fields: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -345,9 +349,13 @@ class Rule:
         if self.on_apply_error is not None and self.on_apply_error not in APPLY_ERROR_POLICIES:
             raise RuleError("on_apply_error", f"must be one of {', '.join(APPLY_ERROR_POLICIES)}, "
                                               f"got {self.on_apply_error!r}")
-        if ignore and self.on_apply_error is not None:
-            raise RuleError("on_apply_error", "this rule ignores what it matches, so nothing of it is applied; "
-                                              "drop on_apply_error")
+        if self.on_decode_error is not None and self.on_decode_error not in DECODE_ERROR_POLICIES:
+            raise RuleError("on_decode_error", f"must be one of {', '.join(DECODE_ERROR_POLICIES)}, "
+                                               f"got {self.on_decode_error!r}")
+        for policy in ("on_apply_error", "on_decode_error"):
+            if ignore and getattr(self, policy) is not None:
+                raise RuleError(policy, f"this rule ignores what it matches, so nothing of it is applied; "
+                                        f"drop {policy}")
         if ignore and (self.schema is not None or self.table is not None):
             key = "schema" if self.schema is not None else "table"
             why = "its match starts with '!'" if excluded else "it has ignore = true"
@@ -472,6 +480,13 @@ class Router:
         for rule in reversed(self._rules):
             if rule.matches(schema, table):
                 return rule.on_apply_error
+        return None
+
+    def decode_error_policy(self, schema: str, table: str) -> str | None:
+        """The ``on_decode_error`` of the rule that decides this table, or None (then ``[pipeline]``'s applies)."""
+        for rule in reversed(self._rules):
+            if rule.matches(schema, table):
+                return rule.on_decode_error
         return None
 
     def _route(self, schema: str, table: str) -> tuple[str, str] | None:

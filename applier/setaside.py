@@ -6,18 +6,23 @@ savepoint that is rolled back (nothing of a try is kept; the writer forgets what
 change of that row's key in the batch is set aside (:mod:`applier.quarantine`). Under quarantine the key is then
 *blocked*: its later changes are held too, in commit order, whatever the policy of a later run, so nothing newer
 overtakes the held change. Under skip they are recorded as skipped and later changes apply.
+
+An undecodable message quarantined under ``on_decode_error`` blocks the same way, one level up: its whole table,
+or, when not even its table can be read, every change read from its Kafka partition after it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from sqlalchemy.engine import Connection
 
 from applier.events import RowChange
 from applier.events import SourcePosition
-from applier.quarantine import WHOLE_TABLE, RowQuarantine, key_text, keys_of
+from applier.quarantine import (
+    HELD, UNKNOWN_TABLE, WHOLE_TABLE, Partition, RowQuarantine, UndecodableMessage, key_text, keys_of,
+)
 from applier.sinks import ApplyError, BatchPlan, Sink, db_reason, plan_batch
 from applier.sinks.table import TableMeta, shown
 from applier.timing import StageTimer
@@ -65,41 +70,107 @@ class SetAside:
         # upstream (schema, table) -> its keys with held changes; loaded in the first transaction, dropped
         # whenever one rolls back (it may have added keys that were never committed)
         self._blocked: dict[tuple[str, str], set[str]] | None = None
+        # upstream (schema, table), or UNKNOWN_TABLE for messages whose table cannot be read -> (topic, partition)
+        # -> offset of the first held undecodable message there
+        self._blocks: dict[tuple[str, str], dict[Partition, int]] = {}
 
     def load(self, conn: Connection) -> None:
         if self._blocked is None:
             self._blocked = {}
             for schema, table, k in self.quarantine.blocked(conn):
-                self._blocked.setdefault((schema, table), set()).add(k)
+                if k != WHOLE_TABLE:
+                    self._blocked.setdefault((schema, table), set()).add(k)
+            self._blocks = self.quarantine.blocks(conn)
 
     def forget(self) -> None:
         """The transaction rolled back: reload the blocked keys from the target next time."""
         self._blocked = None
+        self._blocks = {}
 
-    def block_table(self, conn: Connection, schema: str, table: str, position: SourcePosition, reason: str) -> None:
-        """An undecodable message of this upstream table: hold every later change of the table behind it."""
+    def block(self, conn: Connection, u: UndecodableMessage) -> None:
+        """An undecodable message: record it and, when held, hold every later change of its table (or of its
+        partition, when its table is unknown) behind it."""
         assert self._blocked is not None, "load() runs at the start of every transaction"
-        self.quarantine.block_table(conn, schema, table, position, reason)
-        self._blocked.setdefault((schema, table), set()).add(WHOLE_TABLE)
+        if not self.quarantine.block(conn, u) or u.state != HELD:
+            return
+        pos = u.message.position
+        at = self._blocks.setdefault(u.table or UNKNOWN_TABLE, {})
+        tp = (pos.topic, pos.partition)
+        at[tp] = min(at.get(tp, pos.offset), pos.offset)
+
+    def behind_block(self, table: tuple[str, str], pos: SourcePosition) -> SourcePosition | None:
+        """The undecodable message that what was read at ``pos`` (of ``table``) must wait behind, or None.
+
+        Within one partition the offsets give the order (TiCDC writes a partition in commit order), so what was
+        read before the message goes on. Across partitions there is no order to rely on, so a change of a
+        blocked table waits whatever partition it came from; a partition block (table unknown) holds only its
+        own partition, which with TiCDC's table, index-value and column dispatchers holds every later change
+        of the message's row."""
+        if not self._blocks:
+            return None
+        tp = (pos.topic, pos.partition)
+        for (topic, partition), at in self._blocks.get(table, {}).items():
+            if (topic, partition) != tp or pos.offset > at:
+                return SourcePosition(topic, partition, at)
+        at = self._blocks.get(UNKNOWN_TABLE, {}).get(tp)
+        return SourcePosition(pos.topic, pos.partition, at) if at is not None and pos.offset > at else None
+
+    def ddl_waits_for(self, pos: SourcePosition, names: Iterable[tuple[str, str]]) -> str | None:
+        """Why a DDL read at ``pos`` that acts on upstream ``names`` (``table == ""``: a whole schema) must not
+        run yet, or None: quarantined changes older than it of a table it acts on, or an undecodable message it
+        might overtake. Run first, it would change (or drop, or truncate) the table under them, and a later
+        ``applier quarantine retry`` would apply them to the new table (re-creating rows a TRUNCATE removed
+        upstream)."""
+        assert self._blocked is not None, "load() runs at the start of every transaction"
+        tables: set[tuple[str, str]] = set()
+        for schema, table in names:
+            known = set(self._blocked) | set(self._blocks)
+            tables.update(t for t in known if t[0] == schema and (not table or t[1] == table))
+        for t in sorted(tables):
+            if self._blocked.get(t):
+                return (f"upstream table {shown(*t)} has quarantined row changes older than it. Retry or discard them "
+                        f"first (`applier quarantine retry -c CONF --table {shown(*t)}`, or `discard ... --reason "
+                        "TEXT`)")
+            at = self.behind_block(t, pos)
+            if at is not None:
+                return (f"upstream table {shown(*t)} is blocked by the undecodable message at {at}. Retry or discard "
+                        "it first (`applier quarantine list` shows its id)")
+        for (topic, partition), offset in sorted(self._blocks.get(UNKNOWN_TABLE, {}).items()):
+            if (topic, partition) != (pos.topic, pos.partition) or pos.offset > offset:
+                return (f"the undecodable message at {SourcePosition(topic, partition, offset)} is held and its table "
+                        "cannot be read, so the DDL might overtake it. Retry or discard it first (`applier quarantine "
+                        "list` shows its id)")
+        return None
 
     def hold_blocked(self, conn: Connection, meta: TableMeta, changes: list[RowChange]) -> tuple[list[RowChange], int]:
-        """Hold every change of a blocked key (in commit order, behind the held ones), whatever the policy in
-        force now: letting it through would overtake the change that is held. Returns (the rest, held count)."""
-        blocked = self._blocked.get((changes[0].schema, changes[0].table)) if self._blocked and changes else None
-        if not blocked:
+        """Hold every change of a blocked key, and every change behind an undecodable message (in commit order,
+        behind the held ones), whatever the policy in force now: letting it through would overtake the change
+        that is held. Returns (the rest, held count)."""
+        if not changes or not (self._blocked or self._blocks):
+            return changes, 0
+        assert self._blocked is not None, "load() runs at the start of every transaction"
+        table = (changes[0].schema, changes[0].table)
+        blocked = self._blocked.get(table)
+        if not blocked and not self._blocks:
             return changes, 0
         keep = []
         n = 0
-        whole = WHOLE_TABLE in blocked
         for ch in changes:
             ks = keys_of(ch, meta.key)
-            hit = WHOLE_TABLE if whole else next((k for k in ks if k in blocked), None)
-            if hit is None:
+            hit = next((k for k in ks if k in blocked), None) if blocked else None
+            behind = None if hit is not None else self.behind_block(table, ch.position)
+            if hit is None and behind is None:
                 keep.append(ch)
                 continue
+            if blocked is None:
+                blocked = self._blocked[table] = set()
             blocked.update(ks)  # a key-changing update blocks its new key too
-            why = ("held behind an undecodable message of this table" if hit == WHOLE_TABLE else
-                   f"held behind an earlier change of key {hit} that is quarantined")
+            if behind is None:
+                why = f"held behind an earlier change of key {hit} that is quarantined"
+            elif self._blocks.get(table, {}).get((behind.topic, behind.partition)) == behind.offset:
+                why = f"held behind the undecodable message of this table at {behind}"
+            else:
+                why = f"held behind the undecodable message at {behind}, whose table cannot be read (it blocks its partition)"
             for k in ks:
                 self.quarantine.hold(conn, ch, k, kind="blocked", reason=why)
             n += 1

@@ -30,7 +30,17 @@ SHARD_RESHAPING_ALTERS = frozenset({
     "rename_index", "rename_table", "partition", "drop_foreign_key", "drop_check",
 })
 
-ALREADY_ADDED = "\0already added"  # ShardGuard.conflict: every column the shard's ADD COLUMN adds is there
+ALREADY_ADDED = "\0already added"
+
+
+def reshapes(tr: TranslatedDDL) -> str:
+    """What a DDL does to a table's existing rows or to the columns and keys they live in, as words ('' when it
+    only adds: a column with a default or NULL, an index, options). Such a DDL may not run for one shard of a
+    merged table, nor before quarantined changes of its table (applier.setaside), since either would act on
+    rows it must not."""
+    if tr.kind == "alter_table":
+        return ", ".join(sorted(tr.alters & SHARD_RESHAPING_ALTERS)).replace("_", " ")
+    return tr.kind.replace("_", " ") if tr.kind in SHARD_DESTRUCTIVE else ""  # ShardGuard.conflict: every column the shard's ADD COLUMN adds is there
 
 
 class ShardGuard:
@@ -58,7 +68,8 @@ class ShardGuard:
         if not tr.targets or not tr.statements:
             return ""
         alter = tr.kind == "alter_table"
-        if not alter and tr.kind not in SHARD_DESTRUCTIVE:
+        what = reshapes(tr)
+        if not alter and not what:
             return ""
         if self._sources is None:
             with self.engine.connect() as other:
@@ -72,15 +83,13 @@ class ShardGuard:
                             and to[0] == schema and (not table or to[1] == table))
             if not others:
                 continue
-            if alter and not tr.alters & SHARD_RESHAPING_ALTERS:
+            if not what:
                 # additive (ADD COLUMN, ADD INDEX, defaults, options): it applies once for every shard; the same
                 # ADD COLUMN from the next shard finds its columns there (MySQL has no ADD COLUMN IF NOT EXISTS)
                 if tr.alters == {"add_column"} and self._has_columns(schema, table, tr.added_columns):
                     return ALREADY_ADDED
                 continue
             where = f"schema {schema}" if not table else shown(schema, table)
-            what = ", ".join(sorted(tr.alters & SHARD_RESHAPING_ALTERS)).replace("_", " ") if alter else \
-                tr.kind.replace("_", " ")
             more = f" and {len(others) - 5} more" if len(others) > 5 else ""
             return f"would {what} {where}, which the routes also fill from {', '.join(others[:5])}{more}"
         return ""

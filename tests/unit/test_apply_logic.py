@@ -10,9 +10,10 @@ from sqlalchemy import create_engine
 
 from applier.apply import Applier
 from applier.dialect import MySQLDialect
-from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
+from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange, SourcePosition
 from applier.gate import Gate
 from applier.progress import ddl_key, metadata
+from applier.quarantine import SKIPPED, UndecodableMessage
 from applier.sinks.plan import BatchPlan
 from applier.sinks.table import ApplyError, build_meta
 from applier.timing import StageTimer
@@ -456,16 +457,172 @@ def test_a_quarantine_the_target_cannot_store_stops_the_run_and_loses_nothing() 
 
 
 def test_an_undecodable_message_of_a_table_holds_every_later_change_of_that_table() -> None:
-    from applier.events import KafkaMessage
-
     sink = FakeSink()
     ap, gate = setup(sink, on_apply_error="quarantine")
     bad = KafkaMessage("k", 0, 3, b"key", b"garbage")
     gate.add([row(10, 0, 1, 1), Resolved(10, SourcePosition("k", 0, 1))])
-    ap.apply(gate.release(), quarantined=[(bad, "cannot decode")], blocks=[("s", "t", bad, "cannot decode")])
-    assert [w for e, w in sink.log if e == "write"] == []  # released after the block: held too
+    ap.apply(gate.release(), undecodable=[UndecodableMessage(bad, "cannot decode", ("s", "t"))])
+    # released with it but read before it in its partition: older than it, so it goes on
+    assert [w for e, w in sink.log if e == "write"] == [([], [1])]
     gate.add([row(11, 4, 2, 2), RowChange("s", "other", 11, Op.INSERT, None, {"id": 9, "v": 9}, COLS,
                                           SourcePosition("k", 0, 5)), Resolved(11, SourcePosition("k", 0, 6))])
     ap.apply(gate.release())
-    assert [w for e, w in sink.log if e == "write"] == [([], [9])]  # only the other table
-    assert [(k, kind) for k, kind, _, _ in held(ap)] == [("*", "undecodable"), ("[1]", "blocked"), ("[2]", "blocked")]
+    assert [w for e, w in sink.log if e == "write"] == [([], [1]), ([], [9])]  # then only the other table
+    assert [(k, kind) for k, kind, _, _ in held(ap)] == [("*", "undecodable"), ("[2]", "blocked")]
+
+
+def other_row(ts: int, part: int, off: int, key: int) -> RowChange:
+    return RowChange("s", "other", ts, Op.INSERT, None, {"id": key, "v": key}, COLS, SourcePosition("k", part, off))
+
+
+def test_an_undecodable_message_whose_table_cannot_be_read_holds_the_rest_of_its_partition() -> None:
+    sink = FakeSink()
+    engine = create_engine("sqlite://")
+    metadata.create_all(engine)
+    gate = Gate(partitions=[("k", 0), ("k", 1)], applied_ts=0, partition_resolved={})
+    ap = Applier(engine, FakeDialect(sink), lambda s, t: ("main", t), FakeStore(sink.log))
+    bad = KafkaMessage("k", 0, 3, None, b"\xff")
+    ap.apply(gate.release(), undecodable=[UndecodableMessage(bad, "not JSON", None)])
+    # before the message in its partition, or in another partition: applied; after it in its partition: held,
+    # whatever the table
+    gate.add([row(10, 2, 1, 1), row(11, 4, 2, 2), other_row(11, 0, 6, 8), other_row(12, 1, 0, 9),
+              Resolved(12, SourcePosition("k", 0, 7)), Resolved(12, SourcePosition("k", 1, 1))])
+    ap.apply(gate.release())
+    assert sorted(w for e, w in sink.log if e == "write") == [([], [1]), ([], [9])]
+    with engine.connect() as c:
+        rows = ap.rows_quarantine.find(c)
+    assert [(h.schema, h.table, h.row_key, h.kind, h.position.offset) for h in rows] == [
+        ("", "", "*", "undecodable", 3), ("s", "t", "[2]", "blocked", 4), ("s", "other", "[8]", "blocked", 6)]
+    assert "whose table cannot be read" in rows[1].reason and "offset=3" in rows[1].reason
+    # a later run loads the block from the target
+    ap2 = Applier(engine, FakeDialect(sink), lambda s, t: ("main", t), FakeStore(sink.log))
+    gate.add([row(13, 8, 5, 5), Resolved(13, SourcePosition("k", 0, 9)), Resolved(13, SourcePosition("k", 1, 2))])
+    ap2.apply(gate.release())
+    assert ([], [5]) not in [w for e, w in sink.log if e == "write"]
+
+
+def test_a_message_read_again_after_a_restart_is_recorded_once_and_a_skipped_one_blocks_nothing() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    bad = KafkaMessage("k", 0, 3, None, b"\xff")
+    for _ in range(2):  # a rerun reads it again
+        ap.apply(gate.release(), undecodable=[UndecodableMessage(bad, "not JSON", ("s", "t"), SKIPPED)])
+    gate.add([row(10, 4, 1, 1), Resolved(10, SourcePosition("k", 0, 5))])
+    ap.apply(gate.release())
+    assert [w for e, w in sink.log if e == "write"] == [([], [1])]
+    assert held(ap) == [("*", "undecodable", "skipped", 0)]
+    ap2, _ = setup(sink)
+    held_bad = UndecodableMessage(bad, "not JSON", ("s", "t"))
+    ap2.apply(Gate(partitions=[("k", 0)], applied_ts=0, partition_resolved={}).release(), undecodable=[held_bad])
+    ap2.apply(Gate(partitions=[("k", 0)], applied_ts=0, partition_resolved={}).release(), undecodable=[held_bad])
+    assert held(ap2) == [("*", "undecodable", "held", 0)]
+
+
+@pytest.mark.parametrize("query", ["TRUNCATE TABLE t", "ALTER TABLE t DROP COLUMN v", "DROP TABLE t"])
+def test_a_ddl_of_a_table_with_held_changes_waits_for_them(query: str) -> None:
+    sink = FakeSink(refuse_key=7)
+    ap, gate = setup(sink, on_apply_error="quarantine")
+    gate.add([row(10, 0, 7, 7), row(10, 1, 8, 8), Resolved(10, SourcePosition("k", 0, 2))])
+    ap.apply(gate.release())
+    assert held(ap) == [("[7]", "refused", "held", 10)]
+    with pytest.raises(ApplyError, match=r"was not run \(.*\): upstream table `?s`?\.`?t`? has quarantined row changes"):
+        release_ddl(ap, gate, ddl(11, 3, query), 11)
+    assert ("exec", query) not in sink.log and not [e for e in sink.log if e[0] == "exec"]
+
+
+def test_a_ddl_waits_for_a_partition_block() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    ap.apply(gate.release(), undecodable=[UndecodableMessage(KafkaMessage("k", 0, 0, None, b"?"), "bad", None)])
+    with pytest.raises(ApplyError, match="offset=0 is held and its table cannot be read"):
+        release_ddl(ap, gate, ddl(11, 3, "TRUNCATE TABLE t"), 11)
+
+
+def decode_policy_processor(on_decode_error: str, rules: dict[str, str]):
+    """A BatchProcessor on SQLite with the canal-json decoder: routes keep every table but s.ignored, and
+    ``rules`` gives a [[route]] rule's on_decode_error per table name."""
+    from applier.codecs import get_decoder
+    from applier.processor import BatchProcessor
+    from applier.progress import ProgressStore
+
+    engine = create_engine("sqlite://")
+    metadata.create_all(engine)
+    store = ProgressStore("p", "canal-json")
+    store.claim(engine)
+    with engine.connect() as c:
+        state = store.load(c)
+    return BatchProcessor(
+        engine=engine, decoder=get_decoder("canal-json"), store=store, state=state, partitions=[("k", 0)],
+        route=lambda s, t: None if t == "ignored" else ("main", t), on_decode_error=on_decode_error,
+        decode_error_policy=lambda s, t: rules.get(t), stops_at_decode_error=False, dialect=FakeDialect(FakeSink()))
+
+
+def bad_of(table: str | None, offset: int) -> KafkaMessage:
+    value = b"\xff" if table is None else (b'{"database":"s","table":"%s","type":"INSERT","data":5}' % table.encode())
+    return KafkaMessage("k", 0, offset, None, value)
+
+
+def quarantine_rows(proc) -> list[tuple[str, str, str]]:
+    with proc.applier.engine.connect() as c:
+        return [(f"{h.schema}.{h.table}", h.state, h.kind) for h in proc.applier.rows_quarantine.find(
+            c, states=("held", "skipped"))]
+
+
+def test_the_decode_error_policy_of_a_messages_table_decides_and_the_global_one_when_it_cannot_be_read() -> None:
+    from applier.events import DecodeError
+
+    proc = decode_policy_processor("stop", {"t": "quarantine", "audit": "skip"})
+    rep = proc.process([bad_of("t", 0), bad_of("audit", 1), bad_of("ignored", 2)])
+    assert rep.quarantined == 3
+    assert quarantine_rows(proc) == [("s.t", "held", "undecodable"), ("s.audit", "skipped", "undecodable"),
+                                     ("s.ignored", "skipped", "undecodable")]
+    with pytest.raises(DecodeError, match="offset=3"):  # no table to look up: [pipeline] on_decode_error = stop
+        proc.process([bad_of(None, 3)])
+    with pytest.raises(DecodeError, match="offset=4"):  # a table whose rule says nothing: the global stop
+        proc.process([bad_of("u", 4)])
+
+
+def test_decode_error_skip_records_the_message_and_blocks_nothing() -> None:
+    proc = decode_policy_processor("skip", {})
+    proc.process([bad_of(None, 0), bad_of("t", 1)])
+    assert quarantine_rows(proc) == [(".", "skipped", "undecodable"), ("s.t", "skipped", "undecodable")]
+    with proc.applier.engine.connect() as c:
+        assert proc.applier.rows_quarantine.blocked(c) == set()
+        assert proc.applier.rows_quarantine.blocks(c) == {}
+
+
+def test_a_table_block_holds_the_tables_changes_from_other_partitions_whatever_their_offset() -> None:
+    sink = FakeSink()
+    engine = create_engine("sqlite://")
+    metadata.create_all(engine)
+    gate = Gate(partitions=[("k", 0), ("k", 1)], applied_ts=0, partition_resolved={})
+    ap = Applier(engine, FakeDialect(sink), lambda s, t: ("main", t), FakeStore(sink.log))
+    ap.apply(gate.release(), undecodable=[UndecodableMessage(KafkaMessage("k", 0, 5, None, b"?"), "bad", ("s", "t"))])
+    other_part = RowChange("s", "t", 10, Op.INSERT, None, {"id": 4, "v": 4}, COLS, SourcePosition("k", 1, 0))
+    gate.add([other_part, row(10, 2, 3, 3), Resolved(10, SourcePosition("k", 0, 3)), Resolved(10, SourcePosition("k", 1, 1))])
+    ap.apply(gate.release())
+    assert [w for e, w in sink.log if e == "write"] == [([], [3])]  # before it in its own partition: goes on
+    assert [(k, kind) for k, kind, _, _ in held(ap)] == [("*", "undecodable"), ("[4]", "blocked")]
+    gate.add([DDL("s", "t", 11, "ALTER TABLE t DROP COLUMN v", SourcePosition("k", 0, 3)),
+              Resolved(11, SourcePosition("k", 0, 4)), Resolved(11, SourcePosition("k", 1, 2))])
+    with pytest.raises(ApplyError, match="has quarantined row changes older than it"):  # [4] is held now
+        ap.apply(gate.release())
+
+
+def test_a_ddl_read_before_an_undecodable_message_in_its_partition_runs_and_one_after_it_waits() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    release_ddl(ap, gate, ddl(10, 1, "CREATE TABLE t (id INT PRIMARY KEY)"), 10)
+    ap.apply(gate.release(), undecodable=[UndecodableMessage(KafkaMessage("k", 0, 5, None, b"?"), "bad", ("s", "t"))])
+    release_ddl(ap, gate, ddl(11, 3, "ALTER TABLE t ADD COLUMN w INT NULL"), 11)
+    assert sink.log.count(("ddl", "done")) == 2
+    release_ddl(ap, gate, ddl(12, 6, "ALTER TABLE t ADD COLUMN x INT NULL"), 12)  # additive: runs after it too
+    assert sink.log.count(("ddl", "done")) == 3
+    with pytest.raises(ApplyError, match="blocked by the undecodable message at topic=k partition=0 offset=5"):
+        release_ddl(ap, gate, DDL("s", "t", 13, "TRUNCATE TABLE t", SourcePosition("k", 0, 7)), 13)
+
+
+def test_a_table_name_no_tidb_table_could_have_reads_as_unknown_and_blocks_the_partition() -> None:
+    proc = decode_policy_processor("quarantine", {})
+    proc.process([bad_of("x" * 65, 0), bad_of("a\x00b", 1)])
+    assert quarantine_rows(proc) == [(".", "held", "undecodable"), (".", "held", "undecodable")]

@@ -310,7 +310,7 @@ def test_root_must_be_a_table():
         ("pipeline.checkpoint_dir", " ", "pipeline.checkpoint_dir", "must not be empty"),
         ("pipeline.buffer_memory_mb", 0, "pipeline.buffer_memory_mb", ">= 1"),
         ("pipeline.buffer_memory_mb", -5, "pipeline.buffer_memory_mb", ">= 1"),
-        ("pipeline.on_decode_error", "skip", "pipeline.on_decode_error", "stop, quarantine"),
+        ("pipeline.on_decode_error", "ignore", "pipeline.on_decode_error", "stop, quarantine, skip"),
         ("pipeline.on_decode_error", "quarantin", "pipeline.on_decode_error", "did you mean 'quarantine'"),
         ("pipeline.trigger_interval", "fast", "pipeline.trigger_interval", '"1 second"'),
         ("pipeline.trigger_interval", "1 hour", "pipeline.trigger_interval", "invalid duration"),
@@ -848,6 +848,20 @@ def test_password_with_special_characters_never_leaks(password):
         parse(with_("pipeline.name", password), env=env)
     for form in (password, repr(password)[1:-1]):
         assert form not in str(info.value)
+
+
+def test_on_decode_error_globally_and_per_route() -> None:
+    s = parse(with_("route", [{"match": "shop.*", "on_decode_error": "quarantine"}]))
+    assert s.pipeline.on_decode_error == "stop" and router_for(s).decode_error_policy("shop", "t") == "quarantine"
+    assert router_for(s).decode_error_policy("other", "t") is None
+    assert not s.stops_at_decode_error()  # errors are collected so the rule can decide per table
+    assert parse(with_("route", [{"match": "shop.*", "on_decode_error": "stop"}])).stops_at_decode_error()
+    assert s.redacted()["route"] == [{"match": "shop.*", "on_decode_error": "quarantine"}]
+    assert not parse(with_("pipeline.on_decode_error", "skip")).stops_at_decode_error()
+    with pytest.raises(ConfigError, match=r"route\[0\]\.on_decode_error.*stop, quarantine, skip"):
+        parse(with_("route", [{"match": "shop.*", "on_decode_error": "drop"}]))
+    with pytest.raises(ConfigError, match=r"route\[0\]\.on_decode_error.*ignores what it matches"):
+        parse(with_("route", [{"match": "!shop.*", "on_decode_error": "skip"}]))
 
 
 def test_on_apply_error_globally_and_per_route() -> None:

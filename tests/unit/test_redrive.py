@@ -389,7 +389,7 @@ def test_list_show_and_status_text(engine) -> None:
     text = format_listing(ls, config="c.toml")
     assert all(line.isprintable() for line in text.splitlines())
     assert "shop.items  key [1]  2 change(s)  commit ts 100 .. 200  ids 1, 2" in text
-    assert "cannot be retried; `show ID --message`): 1" in text
+    assert "`retry` decodes it again; `show ID --message` shows its bytes): 1" in text
     assert "offset=7" in text and "…" in text
     doc = ls.as_json()
     assert json.loads(json.dumps(doc, default=str))["groups"][0]["ids"] == [1, 2]
@@ -439,17 +439,109 @@ def test_an_unreachable_target_exits_5_without_the_password(tmp_path: Path, caps
     assert "[target] url" in err and "Sup3rS3cret" not in err
 
 
-def test_a_table_blocked_by_an_undecodable_message_is_not_retried_and_star_names_the_block() -> None:
-    from applier.redrive import TableBlocked, refuse_blocked_tables
-    from applier.quarantine import HeldRow
+def block(engine, table: tuple[str, str] | None, offset: int, value: bytes | None = b"raw", *, partition: int = 0,
+          pipeline: str = PIPE) -> None:
+    """An undecodable message, quarantined as the pipeline does: its raw record and its block row."""
+    from applier.events import KafkaMessage
+    from applier.quarantine import UndecodableMessage
 
+    msg = KafkaMessage("t", partition, offset, b"k", value)
+    with engine.begin() as c:
+        ProgressStore(pipeline, "open").quarantine(c, msg, "cannot decode")
+        RowQuarantine(pipeline).block(c, UndecodableMessage(msg, "cannot decode", table))
+
+
+class StubDecoder:
+    """Decodes a quarantined record into whatever the test says it now holds (or still fails)."""
+
+    def __init__(self, by_offset: dict[int, Any]) -> None:
+        self.by_offset = by_offset
+
+    def decode(self, msg) -> list:
+        from applier.events import DecodeError
+
+        got = self.by_offset[msg.offset]
+        if isinstance(got, str):
+            raise DecodeError(msg.position, got)
+        return got
+
+
+def test_star_names_a_table_block_and_a_retry_behind_it_takes_the_block_first(engine) -> None:
     assert parse_key(" * ") == "*"
-    marker = HeldRow(7, "shop", "items", "*", 0, SourcePosition("t", 0, 9), "undecodable", "held", "bad bytes",
-                     '{"undecodable": ["t", 0, 9]}', dt.datetime(2026, 1, 1))
-    change = HeldRow(8, "shop", "items", "[1]", 100, SourcePosition("t", 0, 10), "blocked", "held", "behind",
-                     "{}", dt.datetime(2026, 1, 1))
-    groups = group_rows([change])
-    with pytest.raises(TableBlocked, match=r"blocked by the undecodable message at topic=t partition=0 offset=9 "
-                                           r"\(held id 7"):
-        refuse_blocked_tables(groups, lambda t: [marker, change])
-    refuse_blocked_tables(groups, lambda t: [change])  # released: nothing to refuse
+    block(engine, ("shop", "items"), 9)  # id 1
+    hold(engine, change(Op.UPDATE, 1, "after", 300, 12))  # id 2, held behind the block
+    now = {9: [change(Op.INSERT, 1, "first", 200, 9), change(Op.INSERT, 3, "three", 200, 9)]}
+    d = FakeDialect()
+    res = Redrive(engine, PIPE, "open", route=route, dialect=d, decoder=lambda: StubDecoder(now)).retry(
+        Selection(row_key=key_text([1]), table=("shop", "items")), by="tester")
+    (write,) = d.log[1:]  # the message's changes come first (commit ts 200), then the held update (300)
+    assert write[:3] == ("replica", "items", []) and sorted(write[3], key=lambda r: r["id"]) == [
+        {"id": 1, "v": "after"}, {"id": 3, "v": "three"}]
+    assert [states(engine)[i][0] for i in (1, 2)] == ["retried", "retried"] and res.redecoded == {1: 2}
+    assert "decoded again" in format_retry(res)
+
+
+def test_a_message_that_still_cannot_be_decoded_stays_held_with_the_new_error(engine) -> None:
+    block(engine, ("shop", "items"), 9)
+    hold(engine, change(Op.UPDATE, 1, "after", 300, 12))
+    d = FakeDialect()
+    red = Redrive(engine, PIPE, "open", route=route, dialect=d, decoder=lambda: StubDecoder({9: "bad checksum"}))
+    with pytest.raises(RetryFailed) as e:
+        red.retry(Selection(table=("shop", "items")), by="tester")
+    assert e.value.code == 4 and e.value.renoted == [1] and "still cannot be decoded: bad checksum" in str(e.value)
+    st = states(engine)
+    assert st[1][0] == st[2][0] == "held" and "retry failed" in st[1][3] and "tester" in st[1][3]
+    assert d.log == []
+    with engine.connect() as c:
+        assert c.execute(select(P.writers)).first() is None  # nothing claimed
+
+
+def test_a_partition_block_holds_only_what_was_read_after_it_in_its_partition(engine) -> None:
+    from applier.redrive import with_blocks
+
+    block(engine, None, 10)  # id 1: its table is unknown
+    hold(engine, change(Op.INSERT, 1, "a", 100, 5))  # id 2: before it
+    hold(engine, change(Op.INSERT, 2, "b", 100, 11, table="other"))  # id 3: after it, another table
+    with engine.connect() as c:
+        rows = RowQuarantine(PIPE).find(c)
+        parts = RowQuarantine(PIPE).blocks(c)
+    assert parts == {("", ""): {("t", 0): 10}}
+    by_id = {h.id: h for h in rows}
+    assert [g.row_key for g in with_blocks(group_rows([by_id[2]]), rows)] == ["[1]"]
+    got = with_blocks(group_rows([by_id[3]]), rows)
+    assert [(g.upstream, g.row_key) for g in got] == [("(table unknown: partition 0 of t)", "*"), ("shop.other", "[2]")]
+    # the block decodes into changes of any table; unrouted ones are left out, as the pipeline leaves them
+    now = {10: [change(Op.INSERT, 7, "x", 90, 10), change(Op.INSERT, 8, "y", 90, 10, table="other")]}
+    d = FakeDialect()
+    res = Redrive(engine, PIPE, "open", route=route, dialect=d, decoder=lambda: StubDecoder(now)).retry(
+        Selection(ids=(1,)), by="tester")
+    assert d.log[1:] == [("replica", "items", [], [{"id": 7, "v": "x"}])]
+    assert res.redecoded == {1: 1} and [states(engine)[i][0] for i in (1, 2, 3)] == ["retried", "held", "held"]
+
+
+@pytest.mark.parametrize("now,what", [
+    ("ddl", "into a DDL"), ("other", "into changes of upstream table shop.other, not of shop.items"),
+])
+def test_a_message_that_a_retry_cannot_apply_in_order_is_refused_with_what_to_do(engine, now, what) -> None:
+    from applier.events import DDL
+
+    block(engine, ("shop", "items"), 9)
+    evs = [DDL("shop", "items", 5, "TRUNCATE TABLE items", SourcePosition("t", 0, 9))] if now == "ddl" else \
+        [change(Op.INSERT, 1, "x", 5, 9, table="other")]
+    red = Redrive(engine, PIPE, "open", route=route, dialect=FakeDialect(), decoder=lambda: StubDecoder({9: evs}))
+    with pytest.raises(RedriveError) as e:
+        red.retry(Selection(ids=(1,)))
+    assert e.value.code == 4 and what in str(e.value) and "discard -c CONF --id 1" in str(e.value)
+    assert states(engine)[1][0] == "held"
+
+
+def test_a_block_whose_raw_record_is_gone_says_to_discard_it(engine) -> None:
+    block(engine, ("shop", "items"), 9)
+    with engine.begin() as c:
+        c.execute(P.quarantine.delete())
+    with pytest.raises(RedriveError) as e:
+        Redrive(engine, PIPE, "open", route=route, dialect=FakeDialect(), decoder=lambda: StubDecoder({})).retry(
+            Selection(ids=(1,)))
+    assert e.value.code == 4 and "not in applier_quarantine" in str(e.value)
+
+
