@@ -49,6 +49,10 @@ Example (every key; see ``conf/*.toml``)::
     shard_ddl = "stop"                    # stop | skip: a DROP/TRUNCATE/RENAME/DROP INDEX of one shard of a merged table
     schema = ""                           # default target schema for unrouted tables
 
+    [metrics]                             # Prometheus endpoint of `applier run` (applier.metrics)
+    port = 0                              # 0: off; e.g. 9464
+    host = "127.0.0.1"                    # loopback by default
+
     [spark]
     master = "local[2]"                   # local[N], spark://host:port[,host:port], yarn, k8s://...
     startup_timeout_seconds = 120         # cluster masters: how long executors may take to appear
@@ -196,7 +200,7 @@ _DURATION_UNITS = {
     "minutes": 60_000,
 }
 
-_SECTIONS = ("pipeline", "source", "target", "spark", "route")
+_SECTIONS = ("pipeline", "source", "target", "spark", "metrics", "route")
 _PIPELINE_KEYS = (
     "name",
     "checkpoint_dir",
@@ -212,6 +216,7 @@ _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "sta
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
                 "retry_seconds")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
+_METRICS_KEYS = ("port", "host")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decode_error")
 
 
@@ -458,6 +463,17 @@ class SparkSettings(_RedactedRepr):
 
 
 @dataclass(frozen=True, repr=False)
+class MetricsSettings(_RedactedRepr):
+    """``[metrics]``: the Prometheus endpoint of ``applier run`` (applier.metrics); off unless a port is set."""
+
+    port: int = 0  # 0: no endpoint
+    host: str = "127.0.0.1"  # loopback by default: the metrics name tables and topics
+
+    def redacted(self) -> dict[str, Any]:
+        return {"port": self.port, "host": self.host}
+
+
+@dataclass(frozen=True, repr=False)
 class RouteSettings(_RedactedRepr):
     """A ``[[route]]`` entry as written (``rule`` is its compiled form)."""
 
@@ -491,6 +507,7 @@ class Settings(_RedactedRepr):
     spark: SparkSettings = field(default_factory=SparkSettings)
     routes: tuple[Rule, ...] = ()
     source_path: Path | None = None  # the configuration file, when loaded from one
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def target_url(self) -> URL:
         """The effective target URL with the password resolved (never log it; ``str()`` masks it)."""
@@ -519,6 +536,7 @@ class Settings(_RedactedRepr):
             "source": self.source.redacted(),
             "target": self.target.redacted(),
             "spark": self.spark.redacted(),
+            "metrics": self.metrics.redacted(),
             "route": [
                 RouteSettings(r.match, r.schema, r.table, r.ignore, r.on_apply_error, r.on_decode_error).redacted()
                 for r in self.routes
@@ -700,6 +718,7 @@ class _Parser:
         pipeline = self.parse_pipeline(data["pipeline"])
         source = self.parse_source(data["source"])
         spark = self.parse_spark(data.get("spark", {}))
+        metrics = self.parse_metrics(data.get("metrics", {}))
         routes = self.parse_routes(data.get("route", []))
         if pipeline.decode_on == "executors":
             from applier.codecs import decodes_alone
@@ -711,7 +730,7 @@ class _Parser:
                     "decode with a schema learnt from earlier messages, which only the driver has. Use "
                     '"auto" (executors where possible) or "driver"',
                 )
-        return Settings(pipeline=pipeline, source=source, target=target, spark=spark, routes=routes)
+        return Settings(pipeline=pipeline, source=source, target=target, spark=spark, routes=routes, metrics=metrics)
 
     def parse_pipeline(self, raw: Any) -> PipelineSettings:
         p = "pipeline"
@@ -971,6 +990,19 @@ class _Parser:
         )
         return SparkSettings(master=master.strip(), startup_timeout_seconds=timeout, conf=conf,
                              _conf_templates=templates)
+
+    def parse_metrics(self, raw: Any) -> MetricsSettings:
+        p = "metrics"
+        d = self.table(raw, p, _METRICS_KEYS)
+        port = self.get(d, p, "port", int, hint="port = 9464", default=0)
+        if not 0 <= port <= 65535:
+            raise self.error("metrics.port", f"must be a TCP port 1..65535 (0 or absent: no endpoint), got {port}; "
+                             "e.g. port = 9464")
+        host = self.get(d, p, "host", str, hint='host = "127.0.0.1"', default="127.0.0.1").strip()
+        if not host:
+            raise self.error("metrics.host", 'must not be empty; e.g. host = "127.0.0.1" (or "0.0.0.0" for every '
+                             "interface, if the network is trusted)")
+        return MetricsSettings(port=port, host=host)
 
     def parse_routes(self, raw: Any) -> tuple[Rule, ...]:
         if isinstance(raw, dict):

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
@@ -293,8 +293,12 @@ class _Lock:
 def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progress: bool | None = None,
         timer: StageTimer = NO_TIMING) -> RunResult:
     """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped.
-    ``timer`` receives every stage's durations (applier.timing; the benchmark uses it)."""
+    ``timer`` receives every stage's durations (applier.timing; the benchmark uses it). With ``[metrics] port``
+    the run serves Prometheus metrics, which see the same durations (and pass them on to ``timer``)."""
     check_brokers_reachable(settings)
+    served = serve_metrics(settings, timer)
+    if served is not None:
+        timer = served.metrics
     engine = make_engine(settings)
     try:
         migrate.upgrade(engine)
@@ -311,6 +315,18 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
                     spark.stop()
     finally:
         engine.dispose()
+        if served is not None:
+            served.close()
+
+
+def serve_metrics(settings: Settings, timer: StageTimer) -> Any:
+    """The metrics endpoint and its Kafka end-offset reader, when ``[metrics] port`` is set (imported only
+    then: prometheus_client is loaded by runs that serve metrics)."""
+    if not settings.metrics.port:
+        return None
+    from applier.metrics import ServedMetrics
+
+    return ServedMetrics.start(settings, inner=timer)
 
 
 def _run_retrying(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caught_up: bool,
@@ -369,6 +385,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     store.claim(engine)  # invariant 13: fence any older writer of this pipeline, then read what it committed
     with engine.connect() as conn:
         state = store.load(conn)
+        timer.resumed(state)
         if not on_executors:
             # messages that killed the decoder before stay undecoded when a replay reads them again
             guard = DriverDecodeGuard(marker, {**store.quarantined_with(conn, KILLED), **killers},
@@ -404,6 +421,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
             last_refresh[0] = time.monotonic()
         rep = processor.process_chunks(payload) if on_executors else processor.process(payload)
         mark["applied"] = time.monotonic()
+        timer.applied(rep, processor.gate)
         line.update(rep, processor.totals)
         log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
                  rep.applied.rows, rep.applied.ddls, rep.applied_ts, rep.held)

@@ -23,6 +23,10 @@ Stages (what each measures, and on which thread):
 ==============  ==========================================================================================
 
 Counts: ``rows_upserted``, ``rows_deleted``, ``batches``.
+
+Events: :meth:`StageTimer.resumed` when a run (or a retry of it) has loaded its progress, and
+:meth:`StageTimer.applied` after each micro-batch is applied and committed (apply thread), with the batch's
+report and the gate: the metrics (applier.metrics) take positions and counts from there.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ class StageTimer:
     def span(self, stage: str) -> AbstractContextManager[Any]:
         """A context that times ``stage`` and reports it to :meth:`add`."""
         return _Span(self, stage)
+
+    def resumed(self, state: Any) -> None:
+        """The run loaded its progress (a ``PipelineState``): where it starts from."""
+
+    def applied(self, report: Any, gate: Any) -> None:
+        """A micro-batch was applied and committed: its ``BatchReport`` and the gate after it."""
 
 
 class _Span:
