@@ -203,6 +203,9 @@ class _ScrapeCollector(Collector):
                 g.add_metric([p, *(labels or {}).values()], value)
             return g
 
+        def family(name: str, doc: str, *labels: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=["pipeline", *labels])
+
         def lag(ts: int) -> float | None:
             return None if ts <= 0 else max(0.0, now - tso_seconds(ts))
 
@@ -217,12 +220,10 @@ class _ScrapeCollector(Collector):
                     "old the state the replica is consistent as of is", lag(s_applied))
         yield gauge("applier_global_resolved_lag_seconds", "Now minus the physical time of the global resolved ts",
                     lag(s.global_resolved_ts))
-        part_res = GaugeMetricFamily("applier_partition_resolved_timestamp_seconds", "Physical time of each Kafka "
-                                     "partition's resolved ts (0: never reported)",
-                                     labels=["pipeline", "topic", "partition"])
-        consumer_lag = GaugeMetricFamily("applier_kafka_consumer_lag_messages", "Log end offset minus the next "
-                                         "offset the applier reads, per partition",
-                                         labels=["pipeline", "topic", "partition"])
+        part_res = family("applier_partition_resolved_timestamp_seconds", "Physical time of each Kafka "
+                          "partition's resolved ts (0: never reported)", "topic", "partition")
+        consumer_lag = family("applier_kafka_consumer_lag_messages", "Log end offset minus the next "
+                              "offset the applier reads, per partition", "topic", "partition")
         for (topic, part), ts in sorted(s.partition_resolved.items()):
             part_res.add_metric([p, topic, str(part)], when(ts) or 0.0)
         for (topic, part), end in sorted(s.end_offsets.items()):
@@ -231,15 +232,12 @@ class _ScrapeCollector(Collector):
                 consumer_lag.add_metric([p, topic, str(part)], max(0, end - nxt))
         yield part_res
         yield consumer_lag
-        tab_ts = GaugeMetricFamily("applier_table_applied_timestamp_seconds", "Physical time of the applied "
-                                   "resolved ts when the table last received changes",
-                                   labels=["pipeline", "schema", "table"])
-        tab_change = GaugeMetricFamily("applier_table_last_change_lag_seconds", "Now minus the physical time of "
-                                       "the table's last applied change's resolved ts",
-                                       labels=["pipeline", "schema", "table"])
-        tab_fresh = GaugeMetricFamily("applier_table_freshness_lag_seconds", "How old the state the table is "
-                                      "consistent as of is (the pipeline's applied resolved ts)",
-                                      labels=["pipeline", "schema", "table"])
+        tab_ts = family("applier_table_applied_timestamp_seconds", "Physical time of the applied "
+                        "resolved ts when the table last received changes", "schema", "table")
+        tab_change = family("applier_table_last_change_lag_seconds", "Now minus the physical time of "
+                            "the table's last applied change's resolved ts", "schema", "table")
+        tab_fresh = family("applier_table_freshness_lag_seconds", "How old the state the table is "
+                           "consistent as of is (the pipeline's applied resolved ts)", "schema", "table")
         fresh = lag(s_applied)
         for (schema, table), ts in sorted(s.table_applied_ts.items()):
             if ts > 0:
