@@ -115,6 +115,9 @@ def get_decoder(protocol: str, **options: Any) -> Decoder:
 
     open:       strict_values=True, legacy_base64_strings=False
     canal-json: require_tidb_extension=True
+    open, canal-json and simple also take TiCDC's large-message options (applier.codecs.largemsg):
+                large_message_handle_compression, claim_check_uri, claim_check_location_prefix,
+                claim_check_raw_value (not open), upstream_url, upstream_time_zone, upstream_read_current_state
 
     Raises ValueError naming the valid protocols for an unknown name, or naming the valid options for an
     unknown option.

@@ -32,9 +32,17 @@ Without ``_tidb`` the commit ts is unknown and the stream cannot be gated: with
 ``require_tidb_extension=True`` (default) such messages are a DecodeError telling the operator to set
 ``enable-tidb-extension=true``. ``require_tidb_extension=False`` decodes them with ``commit_ts=0`` and makes
 the decoder ``gated=False`` (per-key / offset-order application: canal-json without the extension has no
-watermark). Handle-key-only rows (``_tidb.onlyHandleKey``) other than deletes and claim-check rows
-(``_tidb.claimCheckLocation``) would need a lookup in upstream TiDB / external storage and are rejected.
-Large-message compression is not supported (the value would not be JSON, which is reported as such).
+watermark).
+
+Large messages (:mod:`applier.codecs.largemsg`, layouts in docs/large-messages.md): with
+``large_message_handle_compression`` ("snappy"/"lz4") every Kafka value (rows, DDL, watermarks) is decompressed
+first. A claim-check row (``_tidb.claimCheckLocation``; ``data`` holds only the handle-key columns) is replaced by
+the message in the claim-check file (``claim_check_uri``; Go's JSON ``{"key": null, "value": <base64>}``, or the
+bare value with ``claim_check_raw_value``), itself compressed like any value, which must be a row message of the
+same table, type and commit ts. A handle-key-only INSERT/UPDATE (``_tidb.onlyHandleKey: true``) is completed
+from the upstream TiDB (``upstream_url``) as of the commit ts (the old row of an UPDATE, found by ``old``'s key,
+as of commit ts - 1), and is a DecodeError naming that option when it is not set; a handle-key-only DELETE is
+complete and decodes as it is. TiCDC sends both only with ``enable-tidb-extension=true``.
 
 Any malformed input raises :class:`applier.events.DecodeError` (protocol "canal-json"); nothing else
 escapes :meth:`CanalJSONDecoder.decode`.
@@ -50,6 +58,7 @@ import orjson
 
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
+from applier.codecs.largemsg import LargeMessages, UpstreamRow
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 PROTOCOL = "canal-json"
@@ -131,14 +140,44 @@ def _converter_for(base: str) -> Callable[[Any], Any]:
     return T.text_converter(base)
 
 
+def _canal_text(raw: str | bytes | None) -> str | None:
+    """MySQL's text of an upstream value as canal-json carries it (binary bytes one per ISO-8859-1 character)."""
+    if raw is None or type(raw) is str:
+        return raw
+    return raw.decode("latin-1")
+
+
+def _canal_message(sent: dict, new: UpstreamRow, old: UpstreamRow | None) -> dict:
+    """The full canal-json message TiCDC would have sent for a row read from the upstream: mysqlType as TiCDC's
+    default form (type name, " unsigned"), sqlType from the message for its key columns."""
+    mysql_type = {c.name: c.data_type + (" unsigned" if c.unsigned and c.data_type not in ("bit", "year") else "")
+                  for c in new.columns}
+    sent_sql = sent.get("sqlType") if type(sent.get("sqlType")) is dict else {}
+    full = dict(sent)
+    full["mysqlType"] = mysql_type
+    full["sqlType"] = {n: v for n, v in sent_sql.items() if n in mysql_type}
+    full["data"] = [{c.name: _canal_text(new.values.get(c.name)) for c in new.columns}]
+    full["old"] = None if old is None else [{c.name: _canal_text(old.values.get(c.name)) for c in old.columns}]
+    return full
+
+
 class CanalJSONDecoder:
     """Decoder for TiCDC's canal-json. Gated when the TiDB extension (commit ts, watermarks) is required."""
 
     name = PROTOCOL
     decodes_alone = True  # a message's events depend on that message only: may decode in Spark workers
 
-    def __init__(self, *, require_tidb_extension: bool = True) -> None:
+    def __init__(self, *, require_tidb_extension: bool = True, large_message_handle_compression: str = "none",
+                 claim_check_uri: str = "", claim_check_location_prefix: str = "",
+                 claim_check_raw_value: bool = False, upstream_url: str = "", upstream_time_zone: str = "+00:00",
+                 upstream_read_current_state: bool = False) -> None:
         self.require_tidb_extension = bool(require_tidb_extension)
+        self._large = LargeMessages(
+            PROTOCOL, compression=large_message_handle_compression, claim_check_uri=claim_check_uri,
+            claim_check_location_prefix=claim_check_location_prefix, claim_check_raw_value=claim_check_raw_value,
+            upstream_url=upstream_url, upstream_time_zone=upstream_time_zone,
+            upstream_read_current_state=upstream_read_current_state)
+        self._compressed = self._large.compressed
         self.gated = self.require_tidb_extension
         # (name, mysqlType, sqlType, is pk) -> (Column, converter)
         self._columns: dict[tuple[str, str, Any, bool], tuple[Column, Callable[[Any], Any]]] = {}
@@ -149,7 +188,10 @@ class CanalJSONDecoder:
 
     def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
         """The table of an undecodable message: its ``database`` and ``table`` fields, when the JSON parses."""
-        doc = orjson.loads(msg.value) if msg.value else None
+        value = msg.value
+        if value and self._large.compressed:
+            value = self._large.decompress(value, "value")
+        doc = orjson.loads(value) if value else None
         if type(doc) is not dict or doc.get("isDdl") is True:
             return None
         schema, table = doc.get("database"), doc.get("table")
@@ -165,10 +207,14 @@ class CanalJSONDecoder:
         value = msg.value
         if value is None or len(value) == 0:
             raise _Bad("empty value (a tombstone?); every canal-json message is a JSON object")
+        if self._compressed:
+            value = self._large.decompress(value, "value")
         try:
             obj = orjson.loads(value)
         except orjson.JSONDecodeError as e:
-            raise _Bad(f"value is not valid JSON (compressed, or not canal-json?): {e}") from None
+            hint = ("" if self._large.compressed else " (compressed? set large_message_handle_compression to the "
+                    "changefeed's large-message-handle-compression)")
+            raise _Bad(f"value is not valid JSON{hint}: {e}") from None
         if type(obj) is not dict:
             raise _Bad(f"value is a JSON {type(obj).__name__}, expected an object")
 
@@ -219,18 +265,55 @@ class CanalJSONDecoder:
         op = ROW_TYPES.get(etype)
         if op is None:
             raise _Bad(f"unknown message type {etype!r:.40} (isDdl=false)")
-        if tidb.get("claimCheckLocation"):
-            raise _Bad(
-                f"claim-check message (claimCheckLocation={tidb.get('claimCheckLocation')!r:.200}): the row "
-                "is stored in external storage, which this applier does not read"
-            )
+        loc = tidb.get("claimCheckLocation")
+        if loc is not None and loc != "":
+            return self._claim_checked(obj, loc, op, etype, schema, table, commit_ts, pos, len(msg.value or b""))
         if tidb.get("onlyHandleKey") is True and op is not Op.DELETE:
-            raise _Bad(
-                "handle-key-only message (_tidb.onlyHandleKey=true): the row was larger than "
-                "max-message-bytes and only its key columns were sent; the full row must be read from "
-                "upstream TiDB, which this applier does not do"
-            )
+            return self._from_upstream(obj, op, schema, table, commit_ts, pos, len(msg.value or b""))
         return self._rows(obj, op, schema, table, commit_ts, pos, len(value))
+
+    # -- large messages (applier.codecs.largemsg) ---------------------------------------------------------------
+
+    def _claim_checked(self, obj: dict, loc: Any, op: Op, etype: str, schema: str, table: str, commit_ts: int,
+                       pos: Any, size: int) -> list:
+        """The rows of the message a claim-check message points to (one file: the full message TiCDC would have
+        sent, compressed like every value)."""
+        name = f"`{schema}`.`{table}`"
+        _, data = self._large.read_claim_check(loc, name)
+        where = f"claim-check file {loc!r:.200} (for a row of {name})"
+        if self._large.compressed:
+            data = self._large.decompress(data, where)
+        try:
+            full = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise _Bad(f"{where} does not hold a canal-json message: {e}") from None
+        inner = full.get("_tidb") if type(full) is dict else None
+        if (type(inner) is not dict or full.get("isDdl") is not False or full.get("type") != etype
+                or full.get("database") != schema or full.get("table") != table or inner.get("commitTs") != commit_ts):
+            got = full if type(full) is not dict else {f: full.get(f) for f in ("database", "table", "type")}
+            raise _Bad(f"{where} holds {got!r:.200}, not the {etype} of {name} at commit ts {commit_ts} the "
+                       "message names")
+        if inner.get("claimCheckLocation") or inner.get("onlyHandleKey") is True:
+            raise _Bad(f"{where} holds another large-message reference, not the full row")
+        return self._rows(full, op, schema, table, commit_ts, pos, max(size, len(data)))
+
+    def _from_upstream(self, obj: dict, op: Op, schema: str, table: str, commit_ts: int, pos: Any,
+                       size: int) -> list:
+        """Complete a handle-key-only INSERT/UPDATE: decode its key columns, read the new row as of the commit ts
+        and an UPDATE's old row (by ``old``'s key) as of commit ts - 1, and decode them as the full message."""
+        name = f"`{schema}`.`{table}`"
+        up = self._large.need_upstream(name, f"{op.name} (_tidb.onlyHandleKey=true)")
+        out = []
+        for ev in self._rows(obj, op, schema, table, commit_ts, pos, size):
+            key_new = ev.after or {}
+            new = up.fetch(schema, table, commit_ts, key_new, "the new row")
+            old = None
+            if op is Op.UPDATE:
+                key_old = {k: v for k, v in (ev.before or {}).items() if k in key_new}
+                old = up.fetch(schema, table, commit_ts - 1, key_old or key_new, "the old row")
+            full = _canal_message(obj, new, old)
+            out.extend(self._rows(full, op, schema, table, commit_ts, pos, size))
+        return out
 
     def _commit_ts(self, tidb: dict) -> int:
         if "commitTs" not in tidb:

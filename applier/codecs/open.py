@@ -31,9 +31,14 @@ Decoding decisions:
 * ``d`` -> ``Op.DELETE`` with ``before`` = ``d`` (possibly only the key columns).
 * ``Column.key`` = handle key (``"h": true`` or the HandleKey flag); ``Column.unique`` = primary or unique
   key flag. The physical partition id (``ptn``) and row id are not part of the event model and are dropped.
-* Handle-key-only (``ohk``) inserts/updates and claim-check messages (``ccl``) need a lookup in upstream
-  TiDB or in external storage; they are rejected with DecodeError instead of being applied half-empty.
-  Handle-key-only deletes are complete and accepted.
+* Large messages (:mod:`applier.codecs.largemsg`, layouts in docs/large-messages.md): a claim-check row
+  (``ccl`` = the file's location, ``ohk`` false, the value holding only the handle-key columns) is replaced by the
+  row in the claim-check file (``claim_check_uri``), whose key must name the same table and commit ts; a
+  handle-key-only insert/update (``ohk`` true) is completed from the upstream TiDB as of the commit ts (the old
+  row of an update as of commit ts - 1) when ``upstream_url`` is set, and is a DecodeError naming that option
+  otherwise. A handle-key-only delete is complete (the key is all a delete needs) and decodes as it is. With
+  ``large_message_handle_compression`` ("snappy"/"lz4") every row and DDL value is decompressed first (resolved
+  events carry no value). Nothing of a message is returned when any of its events fails.
 * With ``strict_values=True`` (default) a value that does not fit its column type (a string for a TINYINT,
   bad base64, an impossible date, ...) is a DecodeError. ``strict_values=False`` passes such values through
   unchanged (raw JSON value), as TiCDC's Go decoder does for values of an unexpected JSON type; it exists for
@@ -58,6 +63,7 @@ import orjson
 
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
+from applier.codecs.largemsg import LargeMessages, UpstreamRow, go_quote_bytes
 from applier.events import (
     DDL,
     Column,
@@ -450,6 +456,60 @@ if tuple(f.name for f in dataclasses.fields(RowChange))[:9] != (
     raise ImportError("applier.events.RowChange fields changed order: update open._row")
 
 
+# information_schema DATA_TYPE -> the type code TiCDC's open encoder sends for such a column
+_UPSTREAM_TYPE_CODES: dict[str, int] = {
+    "tinyint": TYPE_TINY, "smallint": TYPE_SHORT, "mediumint": TYPE_INT24, "int": TYPE_LONG, "integer": TYPE_LONG,
+    "bigint": TYPE_LONGLONG, "float": TYPE_FLOAT, "double": TYPE_DOUBLE, "decimal": TYPE_NEWDECIMAL,
+    "date": TYPE_DATE, "datetime": TYPE_DATETIME, "timestamp": TYPE_TIMESTAMP, "time": TYPE_DURATION,
+    "year": TYPE_YEAR, "char": TYPE_STRING, "binary": TYPE_STRING, "varchar": TYPE_VARCHAR,
+    "varbinary": TYPE_VARCHAR, "tinytext": TYPE_TINY_BLOB, "tinyblob": TYPE_TINY_BLOB, "text": TYPE_BLOB,
+    "blob": TYPE_BLOB, "mediumtext": TYPE_MEDIUM_BLOB, "mediumblob": TYPE_MEDIUM_BLOB, "longtext": TYPE_LONG_BLOB,
+    "longblob": TYPE_LONG_BLOB, "enum": TYPE_ENUM, "set": TYPE_SET, "bit": TYPE_BIT, "json": TYPE_JSON,
+    "vector": TYPE_VECTOR_FLOAT32,
+}
+_COLUMN_KEY_FLAGS = {"PRI": FLAG_PRIMARY_KEY, "UNI": FLAG_UNIQUE_KEY, "MUL": FLAG_MULTIPLE_KEY}
+
+
+def _open_image(row: UpstreamRow, sent: Any) -> dict:
+    """An upstream row as the open protocol image TiCDC would have sent: the key columns exactly as the message
+    carried them, every other column with the type code, flags and value form of TiCDC's encoder."""
+    out: dict[str, Any] = {}
+    for c in row.columns:
+        mine = sent.get(c.name) if type(sent) is dict else None
+        if type(mine) is dict:
+            out[c.name] = mine
+            continue
+        code = _UPSTREAM_TYPE_CODES.get(c.data_type)
+        if code is None:
+            raise _Bad(f"upstream column {c.name!r} is of type {c.column_type!r}, which the open protocol does not "
+                       "carry")
+        flags = ((FLAG_BINARY if c.binary else 0) | (FLAG_NULLABLE if c.nullable else 0)
+                 | (FLAG_UNSIGNED if c.unsigned else 0) | (FLAG_GENERATED if c.generated else 0)
+                 | _COLUMN_KEY_FLAGS.get(c.column_key, 0))
+        raw = row.values.get(c.name)
+        try:
+            out[c.name] = {"t": code, "f": flags, "v": None if raw is None else _wire_value(code, raw)}
+        except (ValueError, TypeError) as e:
+            raise _Bad(f"upstream column {c.name!r} ({c.column_type}): cannot use value {raw!r:.80}: {e}") from None
+    return out
+
+
+def _wire_value(code: int, raw: str | bytes) -> Any:
+    """MySQL's text of a value (bytes for binary columns) -> the JSON value TiCDC's open encoder writes."""
+    if code in _INT_CODES:
+        return int(raw)
+    if code in _FLOAT_CODES:
+        return float(raw)
+    if code in _STRING_CODES:
+        return go_quote_bytes(raw) if isinstance(raw, bytes) else raw
+    if code in _BLOB_CODES:
+        data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
+        return binascii.b2a_base64(data, newline=False).decode("ascii")
+    if isinstance(raw, bytes):
+        raise ValueError("binary data for a non-binary type")
+    return raw  # DECIMAL, temporal types, JSON, VECTOR: their text
+
+
 class OpenDecoder:
     """Decoder for TiCDC's Open Protocol. Carries resolved ts, so it is gated."""
 
@@ -458,9 +518,18 @@ class OpenDecoder:
     decodes_alone = True  # a message's events depend on that message only: may decode in Spark workers
     max_offsets_per_trigger = 12_500  # up to 16 row changes per message: keeps a batch near 200k row changes
 
-    def __init__(self, *, strict_values: bool = True, legacy_base64_strings: bool = False) -> None:
+    def __init__(self, *, strict_values: bool = True, legacy_base64_strings: bool = False,
+                 large_message_handle_compression: str = "none", claim_check_uri: str = "",
+                 claim_check_location_prefix: str = "", upstream_url: str = "", upstream_time_zone: str = "+00:00",
+                 upstream_read_current_state: bool = False) -> None:
         self.strict_values = bool(strict_values)
         self.legacy_base64_strings = bool(legacy_base64_strings)
+        # TiCDC refuses claim-check-raw-value for the open protocol (pkg/config/large_message.go): no such option
+        self._large = LargeMessages(
+            PROTOCOL, compression=large_message_handle_compression, claim_check_uri=claim_check_uri,
+            claim_check_location_prefix=claim_check_location_prefix, upstream_url=upstream_url,
+            upstream_time_zone=upstream_time_zone, upstream_read_current_state=upstream_read_current_state)
+        self._compressed = self._large.compressed
         self._converters: dict[tuple[int, bool], Callable[[Any], Any]] = {}
         self._columns: dict[tuple[str, Any, Any, Any], Column] = {}
         # column names of an image -> the shapes met with those names (see _image)
@@ -543,7 +612,7 @@ class OpenDecoder:
         if t == MESSAGE_TYPE_DDL and type(t) is int:
             if vl == 0:
                 raise _Bad("DDL event has an empty value")
-            v = _loads(vmv, vo, vl, "DDL value")
+            v = self._value(vmv, vo, vl, "DDL value")
             if type(v) is not dict:
                 raise _Bad(f"DDL value is a JSON {type(v).__name__}, expected an object")
             query = v.get("q")
@@ -558,17 +627,23 @@ class OpenDecoder:
             return self._row(k, ts, schema, table, vmv, vo, vl, pos, kl)
         raise _Bad(f"unknown event type t={t!r:.40} in key (1 row, 2 DDL, 3 resolved)")
 
+    def _value(self, vmv: memoryview, vo: int, vl: int, what: str) -> Any:
+        """One event's value as JSON, decompressed first when the changefeed compresses values."""
+        if self._compressed:
+            data = self._large.decompress(vmv[vo:vo + vl], what)
+            return _loads(memoryview(data), 0, len(data), what)
+        return _loads(vmv, vo, vl, what)
+
     def _row(self, k: dict, ts: int, schema: str, table: str, vmv: memoryview, vo: int, vl: int,
-             pos: SourcePosition, kl: int) -> RowChange:
+             pos: SourcePosition, kl: int, nested: bool = False) -> RowChange:
         ccl = k.get("ccl")
-        if ccl:
-            raise _Bad(
-                f"claim-check row event (ccl={ccl!r:.200}): the row is stored in external storage, "
-                "which this applier does not read"
-            )
+        if ccl is not None and ccl != "":
+            if nested:
+                raise _Bad("the row in a claim-check file is itself a claim-check row ('ccl')")
+            return self._claim_checked(k, ts, schema, table, ccl, pos, kl + vl)
         if vl == 0:
             raise _Bad("row event has an empty value")
-        v = _loads(vmv, vo, vl, "row value")
+        v = self._value(vmv, vo, vl, "row value") if self._compressed else _loads(vmv, vo, vl, "row value")
         if type(v) is not dict:
             raise _Bad(f"row value is a JSON {type(v).__name__}, expected an object")
         u = v.get("u")
@@ -584,11 +659,9 @@ class OpenDecoder:
         if u is None:
             raise _Bad("row value has neither 'u' (insert/update) nor 'd' (delete)")
         if k.get("ohk") is True:
-            raise _Bad(
-                "handle-key-only row event (ohk=true): the row was larger than max-message-bytes and only "
-                "its key columns were sent; the full row must be read from upstream TiDB, which this "
-                "applier does not do (raise max-message-bytes or use large-message-handle-option=none)"
-            )
+            if nested:
+                raise _Bad("the row in a claim-check file is handle-key-only ('ohk'), not the full row")
+            u, p = self._from_upstream(schema, table, ts, u, p)
         after, columns = self._image(u, "u")
         if p is None:
             return RowChange(schema, table, ts, Op.INSERT, None, after, columns, pos, kl + vl)
@@ -596,6 +669,44 @@ class OpenDecoder:
         before = dict(after)
         before.update(old)
         return RowChange(schema, table, ts, Op.UPDATE, before, after, columns, pos, kl + vl)
+
+    # -- large messages (applier.codecs.largemsg) ---------------------------------------------------------------
+
+    def _claim_checked(self, k: dict, ts: int, schema: str, table: str, ccl: Any, pos: SourcePosition,
+                       size: int) -> RowChange:
+        """The row a claim-check event points to: the file holds the Kafka key and value TiCDC would have sent
+        for this one event (key: version header + one framed key event; value: one framed, possibly compressed,
+        row value)."""
+        name = f"`{schema}`.`{table}`"
+        key, value = self._large.read_claim_check(ccl, name)
+        where = f"claim-check file {ccl!r:.200} (for a row of {name})"
+        if key is None or len(key) < 8 or _U64.unpack_from(key, 0)[0] != BATCH_VERSION:
+            raise _Bad(f"{where}: its key is not an open protocol batch key (8-byte version 1 + framed events)")
+        kspans = _split_frames(key, 8, f"{where} key")
+        vspans = _split_frames(value, 0, f"{where} value")
+        if len(kspans) != 1 or len(vspans) != 1:
+            raise _Bad(f"{where} holds {len(kspans)} key and {len(vspans)} value events, expected one row")
+        (ko, ikl), (vo, vl) = kspans[0], vspans[0]
+        inner = _loads(memoryview(key), ko, ikl, f"{where} key event")
+        if type(inner) is not dict or inner.get("t") != MESSAGE_TYPE_ROW or inner.get("ts") != ts \
+                or inner.get("scm", "") != schema or inner.get("tbl", "") != table:
+            got = inner if type(inner) is not dict else {f: inner.get(f) for f in ("ts", "scm", "tbl", "t")}
+            raise _Bad(f"{where} holds {got!r:.200}, not the row event of {name} at ts {ts} the message names")
+        ev = self._row(inner, ts, schema, table, memoryview(value), vo, vl, pos, ikl, nested=True)
+        ev.size = max(ev.size, size)
+        return ev
+
+    def _from_upstream(self, schema: str, table: str, ts: int, u: Any, p: Any) -> tuple[dict, dict | None]:
+        """Complete a handle-key-only insert/update from the upstream: the new row as of ``ts``, the old row (an
+        update's ``p``, found by its own key) as of ``ts - 1``, both as open protocol images."""
+        name = f"`{schema}`.`{table}`"
+        up = self._large.need_upstream(name, "row event (ohk=true)")
+        key, _ = self._image(u, "u")
+        full_u = _open_image(up.fetch(schema, table, ts, key, "the new row"), u)
+        if p is None:
+            return full_u, None
+        old_key, _ = self._image(p, "p")
+        return full_u, _open_image(up.fetch(schema, table, ts - 1, old_key, "the old row"), p)
 
     def _image(self, obj: Any, which: str) -> tuple[dict, tuple[Column, ...]]:
         """One row image ('u', 'p' or 'd'): its values and Column tuple.

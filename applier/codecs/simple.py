@@ -75,10 +75,18 @@ asks :meth:`SimpleDecoder.held_offsets` and :meth:`SimpleDecoder.held_min_commit
 offsets past, nor applies at or above, anything held. ``max_held_messages_per_table`` bounds the hold; beyond
 it decode() raises DecodeError (enable bootstrap messages, or start the changefeed before the table existed).
 
-Rejected with DecodeError (like TiCDC's consumer needs extra services for them): claim-check messages
-(``claimCheckLocation``), handle-key-only INSERT/UPDATE (``handleKeyOnly``; a handle-key-only DELETE is complete
-and accepted), rows whose ``checksum.corrupted`` is true, compressed values (``large-message-handle-
-compression``), protocol ``version`` other than 1.
+Large messages (:mod:`applier.codecs.largemsg`, layouts in docs/large-messages.md): with
+``large_message_handle_compression`` ("snappy"/"lz4") every value is decompressed first (JSON and Avro alike). A
+claim-check DML (``claimCheckLocation``, sent with ``handleKeyOnly`` true and only the handle-key columns) is
+replaced, once its table's schema is known, by the message in the claim-check file (``claim_check_uri``; Go's
+JSON ``{"key": null, "value": <base64>}``, or the bare value with ``claim_check_raw_value``), compressed like any
+value and in the same encoding, which must be a DML of the same table, schema version, type and commit ts (its
+own checksum is verified). A handle-key-only INSERT/UPDATE (``handleKeyOnly`` without a location) is completed from
+the upstream TiDB (``upstream_url``) as of the commit ts (an UPDATE's old row, by ``old``'s key, as of commit ts -
+1), and is a DecodeError naming that option when it is not set; a handle-key-only DELETE is complete and decodes
+as it is.
+
+Rejected with DecodeError: rows whose ``checksum.corrupted`` is true, protocol ``version`` other than 1.
 
 Row checksums (``[integrity] integrity-check-level = "correctness"``): a DML message's ``checksum`` object carries
 ``current`` (CRC32 of the new row, ``data``) and ``previous`` (of the old row, ``old``); 0 means "none" (INSERT has
@@ -113,6 +121,7 @@ import orjson
 from applier import mysql_values as T
 from applier.codecs import checksum as CK
 from applier.codecs.base import Malformed
+from applier.codecs.largemsg import LargeMessages, UpstreamRow
 from applier.events import (
     DDL,
     Column,
@@ -589,6 +598,26 @@ class _Held(NamedTuple):
     version: int
 
 
+class _Dml(NamedTuple):
+    """A DML message's fields (see SimpleDecoder._dml_fields)."""
+
+    schema: str
+    table: str
+    version: int
+    op: Op
+    data: dict | None
+    old: dict | None
+    cs: "_Checksum | None"
+    loc: str | None  # claimCheckLocation
+    hko: bool  # handleKeyOnly
+
+
+def _upstream_values(row: UpstreamRow) -> dict:
+    """An upstream row in the wire form the Simple converters read: MySQL's text, bytes for binary columns (what
+    the Avro encoding carries; the JSON one would base64 them)."""
+    return dict(row.values)
+
+
 class _Msg(NamedTuple):
     """A parsed message, normalised across JSON and Avro."""
 
@@ -612,7 +641,16 @@ class SimpleDecoder:
     gated = True
 
     def __init__(self, *, encoding_format: str = "json", max_held_messages_per_table: int = _DEFAULT_MAX_HELD,
-                 verify_checksum: bool = True) -> None:
+                 verify_checksum: bool = True, large_message_handle_compression: str = "none",
+                 claim_check_uri: str = "", claim_check_location_prefix: str = "",
+                 claim_check_raw_value: bool = False, upstream_url: str = "", upstream_time_zone: str = "+00:00",
+                 upstream_read_current_state: bool = False) -> None:
+        self._large = LargeMessages(
+            PROTOCOL, compression=large_message_handle_compression, claim_check_uri=claim_check_uri,
+            claim_check_location_prefix=claim_check_location_prefix, claim_check_raw_value=claim_check_raw_value,
+            upstream_url=upstream_url, upstream_time_zone=upstream_time_zone,
+            upstream_read_current_state=upstream_read_current_state)
+        self._compressed = self._large.compressed
         if encoding_format not in ("json", "avro"):
             raise ValueError(f"encoding_format must be 'json' or 'avro', got {encoding_format!r}")
         if isinstance(max_held_messages_per_table, bool) or not isinstance(max_held_messages_per_table, int) \
@@ -638,7 +676,8 @@ class SimpleDecoder:
         the JSON parses. DDL and BOOTSTRAP messages block nothing (their table's rows wait for a schema anyway)."""
         if self.encoding_format != "json" or not msg.value:
             return None
-        doc = orjson.loads(msg.value)
+        value = self._large.decompress(msg.value, "value") if self._large.compressed else msg.value
+        doc = orjson.loads(value)
         if type(doc) is not dict or doc.get("type") not in ("INSERT", "UPDATE", "DELETE"):
             return None
         schema, table = doc.get("database"), doc.get("table")
@@ -728,6 +767,11 @@ class SimpleDecoder:
         value = msg.value
         if value is None or len(value) == 0:
             raise _Bad("empty value (a tombstone?); every simple protocol message has a value")
+        if self._compressed:
+            value = self._large.decompress(value, "value")
+        return self._parse_value(value)
+
+    def _parse_value(self, value: bytes) -> _Msg:
         if self.encoding_format == "json":
             return self._parse_json(value)
         return self._parse_avro(value)
@@ -740,8 +784,9 @@ class SimpleDecoder:
             hint = ""
             if first in (b"\x16", b"\x12"):
                 hint = " (it looks like Avro: set encoding_format='avro')"
-            elif first != b"{":
-                hint = " (compressed with large-message-handle-compression? that is not supported)"
+            elif first != b"{" and not self._large.compressed:
+                hint = (" (compressed? set large_message_handle_compression to the changefeed's "
+                        "large-message-handle-compression)")
             raise _Bad(f"value is not valid JSON{hint}: {e}") from None
         if type(obj) is not dict:
             raise _Bad(f"value is a JSON {type(obj).__name__}, expected an object")
@@ -868,7 +913,7 @@ class SimpleDecoder:
             out[start:] = [r for r in released if r.commit_ts < ev.commit_ts] + [ev] + [
                 r for r in released if r.commit_ts >= ev.commit_ts]
 
-    def _dml_fields(self, m: _Msg) -> tuple[str, str, int, Op, dict | None, dict | None]:
+    def _dml_fields(self, m: _Msg) -> _Dml:
         body = m.body
         op = DML_TYPES.get(m.type)
         if op is None:  # pragma: no cover - _parse only lets DML types through
@@ -879,16 +924,11 @@ class SimpleDecoder:
             raise _Bad(f"{m.type} message needs non-empty 'database' and 'table' strings")
         version = _uint(body.get("schemaVersion", 0), "'schemaVersion'", m.avro)
         loc = body.get("claimCheckLocation")
-        if loc:
-            raise _Bad(f"claim-check message (claimCheckLocation={loc!r:.200}): the row is stored in external "
-                       "storage, which this applier does not read")
+        if loc is not None and type(loc) is not str:
+            raise _Bad(f"'claimCheckLocation' must be a string (got {loc!r:.40})")
         hko = body.get("handleKeyOnly")
         if hko is not None and type(hko) is not bool:
             raise _Bad("'handleKeyOnly' must be a boolean")
-        if hko and op is not Op.DELETE:
-            raise _Bad("handle-key-only message (handleKeyOnly=true): the row was larger than max-message-bytes "
-                       "and only its key columns were sent; the full row must be read from upstream TiDB, "
-                       "which this applier does not do (raise max-message-bytes)")
         cs = _checksum_fields(body.get("checksum"), m.avro, self.verify_checksum)
         if hko:
             cs = None  # only the key columns arrive: the checksum covers the whole row and cannot be verified
@@ -904,13 +944,56 @@ class SimpleDecoder:
             raise _Bad("DELETE message has no 'old'")
         if op is Op.UPDATE and not data:
             raise _Bad("UPDATE message has no 'data'")
-        return schema, table, version, op, data, old, cs
+        return _Dml(schema, table, version, op, data, old, cs, loc or None, bool(hko))
+
+    def _complete(self, m: _Msg, d: _Dml, entry: _Entry) -> _Dml:
+        """A DML with its whole rows: a claim-check message's from its file, a handle-key-only INSERT/UPDATE's from
+        the upstream (a handle-key-only DELETE is complete as it is)."""
+        if d.loc:
+            return self._claim_checked(m, d)
+        if d.hko and d.op is not Op.DELETE:
+            return self._from_upstream(m, d, entry)
+        return d
+
+    def _claim_checked(self, m: _Msg, d: _Dml) -> _Dml:
+        name = f"`{d.schema}`.`{d.table}`"
+        _, data = self._large.read_claim_check(d.loc, name)
+        where = f"claim-check file {d.loc!r:.200} (for a row of {name})"
+        try:
+            if self._large.compressed:
+                data = self._large.decompress(data, "its value")
+            full = self._parse_value(data)
+        except _Bad as e:
+            raise _Bad(f"{where}: {e}") from None
+        if full.kind != MSG_DML or full.type != m.type or full.commit_ts != m.commit_ts:
+            raise _Bad(f"{where} holds a {full.type} at commit ts {full.commit_ts}, not the {m.type} at commit ts "
+                       f"{m.commit_ts} the message names")
+        fd = self._dml_fields(full)
+        if (fd.schema, fd.table, fd.version) != (d.schema, d.table, d.version):
+            raise _Bad(f"{where} holds a row of `{fd.schema}`.`{fd.table}` (schemaVersion {fd.version}), not of "
+                       f"{name} (schemaVersion {d.version})")
+        if fd.loc or fd.hko:
+            raise _Bad(f"{where} holds another large-message reference, not the full row")
+        return fd
+
+    def _from_upstream(self, m: _Msg, d: _Dml, entry: _Entry) -> _Dml:
+        name = f"`{d.schema}`.`{d.table}`"
+        up = self._large.need_upstream(name, f"{d.op.name} (handleKeyOnly=true)")
+        key_new = self._convert(d.data or {}, entry.convs, "data", entry)
+        data = _upstream_values(up.fetch(d.schema, d.table, m.commit_ts, key_new, "the new row"))
+        old = None
+        if d.op is Op.UPDATE:
+            key_old = self._convert(d.old, entry.convs, "old", entry) if d.old else key_new
+            old = _upstream_values(up.fetch(d.schema, d.table, m.commit_ts - 1, key_old, "the old row"))
+        return d._replace(data=data, old=old, cs=None, hko=False)
 
     def _dml_or_hold(self, m: _Msg, msg: KafkaMessage, out: list) -> None:
-        schema, table, version, op, data, old, cs = self._dml_fields(m)
+        d = self._dml_fields(m)
+        schema, table, version = d.schema, d.table, d.version
         entry = self._cache.get((schema, table, version))
         if entry is not None:
-            out.append(self._row(entry, m.commit_ts, op, data, old, msg, cs))
+            d = self._complete(m, d, entry)
+            out.append(self._row(entry, m.commit_ts, d.op, d.data, d.old, msg, d.cs))
             return
         key = (schema, table)
         lst = self._held.get(key)
@@ -944,8 +1027,8 @@ class SimpleDecoder:
                 continue
             try:
                 m = self._parse(h.msg)
-                _, _, _, op, data, old, cs = self._dml_fields(m)
-                ev = self._row(entry, m.commit_ts, op, data, old, h.msg, cs)
+                d = self._complete(m, self._dml_fields(m), entry)
+                ev = self._row(entry, m.commit_ts, d.op, d.data, d.old, h.msg, d.cs)
             except _Bad as e:
                 # drop the bad one (it is reported); the rest waits for the next decode() call
                 keep.extend(lst[i + 1:])

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from applier import mysql_values as T
 from applier.codecs.canal_json import WATERMARK_TYPE
 from applier.devtools.encoders import values as V
+from applier.devtools.encoders.largemsg import MAX_RECORD_OVERHEAD, LargeMessage, compress
 from applier.events import DDL, Column, Op, Resolved, RowChange
 
 
@@ -181,6 +182,8 @@ def encode_canal_json(
     delete_only_handle_key: bool = False,
     legacy_delete_old: bool = False,
     mysql_types: Mapping[str, str] | None = None,
+    compression: str = "none",
+    large_message: LargeMessage | None = None,
 ) -> tuple[bytes | None, bytes]:
     """One RowChange / DDL / Resolved -> (key, value) as TiCDC's canal-json encoder writes it.
 
@@ -200,7 +203,48 @@ def encode_canal_json(
     * ``delete_only_handle_key=True`` (``delete-only-output-handle-key-columns``): a DELETE's ``data``,
       ``sqlType`` and ``mysqlType`` cover only the key columns.
     * ``legacy_delete_old=True``: the shape TiCDC sent before v5.4, where a DELETE's ``old`` repeats ``data``.
+    * ``compression`` (``large-message-handle-compression``: "snappy"/"lz4"): every value (rows, DDL,
+      watermarks) is compressed.
+    * ``large_message`` (``large-message-handle-option``, needs the extension): a row message it finds too large
+      (length = compressed value + sarama's record overhead) is sent with only its handle-key columns in ``data``,
+      ``old``, ``sqlType`` and ``mysqlType`` and ``_tidb.onlyHandleKey: true`` (handle-key-only), or
+      ``_tidb.claimCheckLocation`` after the full compressed value went to the claim-check storage with a nil key
+      (ticdc pkg/sink/codec/canal/canal_json_encoder.go ``AppendRowChangedEvent``, ``newJSONMessageForDML``).
     """
+    key, value = _encode_canal_json(event, build_ts_ms=build_ts_ms, enable_tidb_extension=enable_tidb_extension,
+                                    content_compatible=content_compatible,
+                                    only_output_updated_columns=only_output_updated_columns,
+                                    delete_only_handle_key=delete_only_handle_key,
+                                    legacy_delete_old=legacy_delete_old, mysql_types=mysql_types)
+    value = compress(compression, value)
+    if isinstance(event, RowChange) and large_message is not None \
+            and large_message.too_large(event, len(value) + MAX_RECORD_OVERHEAD):
+        if not enable_tidb_extension:
+            raise ValueError("TiCDC refuses large-message-handle-option for canal-json without the TiDB extension")
+        ext: dict[str, Any] = {"onlyHandleKey": True}
+        if large_message.claim:
+            assert large_message.claim_check is not None
+            ext = {"claimCheckLocation": large_message.claim_check.write(None, value)}
+        _, small = _encode_canal_json(event, build_ts_ms=build_ts_ms, content_compatible=content_compatible,
+                                      only_output_updated_columns=only_output_updated_columns,
+                                      mysql_types=mysql_types, only_handle_key=True, extension=ext)
+        value = compress(compression, small)
+    return key, value
+
+
+def _encode_canal_json(
+    event: Any,
+    *,
+    build_ts_ms: int | None = None,
+    enable_tidb_extension: bool = True,
+    content_compatible: bool = False,
+    only_output_updated_columns: bool | None = None,
+    delete_only_handle_key: bool = False,
+    legacy_delete_old: bool = False,
+    mysql_types: Mapping[str, str] | None = None,
+    only_handle_key: bool = False,
+    extension: Mapping[str, Any] | None = None,
+) -> tuple[bytes | None, bytes]:
     if only_output_updated_columns is None:
         only_output_updated_columns = content_compatible
     types_override = mysql_types or {}
@@ -237,7 +281,7 @@ def encode_canal_json(
         raise ValueError(f"{etype} without a row image")
     cols = {c.name: c for c in e.columns}
     pk = [c.name for c in e.columns if c.key]
-    if etype == "DELETE" and delete_only_handle_key:
+    if (etype == "DELETE" and delete_only_handle_key) or only_handle_key:
         row = {name: v for name, v in row.items() if name in cols and cols[name].key}
         if not row:
             raise ValueError("delete-only-output-handle-key-columns: the row has no key column")
@@ -258,6 +302,8 @@ def encode_canal_json(
         old_row = {name: format_value(cols[name], v) for name, v in e.before.items() if name in cols}
         if only_output_updated_columns:
             old_row = {name: v for name, v in old_row.items() if name not in data or data[name] != v}
+        if only_handle_key:
+            old_row = {name: v for name, v in old_row.items() if cols[name].key}
         old = [old_row]
     elif etype == "DELETE" and legacy_delete_old:
         old = [dict(data)]
@@ -265,5 +311,5 @@ def encode_canal_json(
            "type": etype, "es": e.commit_ts >> 18, "ts": ts, "sql": "", "sqlType": sql_type,
            "mysqlType": mysql_type, "old": old, "data": [data]}
     if enable_tidb_extension:
-        msg["_tidb"] = {"commitTs": e.commit_ts}
+        msg["_tidb"] = {"commitTs": e.commit_ts, **(extension or {})}
     return None, _dumps(msg)

@@ -63,6 +63,7 @@ from applier.codecs.open import (
     TYPE_YEAR,
 )
 from applier.devtools.encoders import values as V
+from applier.devtools.encoders.largemsg import MAX_RECORD_OVERHEAD, LargeMessage, compress
 from applier.events import DDL, Column, Op, Resolved, RowChange
 
 
@@ -255,7 +256,7 @@ def _encode_image(values: dict, columns: dict[str, Column]) -> dict:
 
 
 def _encode_event(e: Any, output_old_value: bool = True, only_output_updated_columns: bool = False,
-                  delete_only_handle_key: bool = False) -> tuple[bytes, bytes]:
+                  delete_only_handle_key: bool = False, only_handle_key: bool = False) -> tuple[bytes, bytes]:
     if isinstance(e, Resolved):
         return _dumps({"ts": e.ts, "t": MESSAGE_TYPE_RESOLVED}), b""
     if isinstance(e, DDL):
@@ -275,6 +276,14 @@ def _encode_event(e: Any, output_old_value: bool = True, only_output_updated_col
             key["tbl"] = e.table
         key["t"] = MESSAGE_TYPE_ROW
         cols = {c.name: c for c in e.columns}
+        if only_handle_key:  # a large message's handle-key-only image (codec.go largeMessageOnlyHandleKeyColumns)
+            keys = {c.name for c in e.columns if c.key}
+            if not keys:
+                raise ValueError("handle-key-only: the row has no handle-key column")
+            e = RowChange(e.schema, e.table, e.commit_ts, e.op,
+                          None if e.before is None else {n: v for n, v in e.before.items() if n in keys},
+                          None if e.after is None else {n: v for n, v in e.after.items() if n in keys},
+                          e.columns, e.position)
         if e.op is Op.DELETE:
             if e.before is None:
                 raise ValueError("delete without a before image")
@@ -322,7 +331,8 @@ def frame_open_batch(pairs: Iterable[tuple[bytes, bytes | None]]) -> tuple[bytes
 
 def encode_open_batch(events: Iterable[Any], *, output_old_value: bool = True,
                       only_output_updated_columns: bool = False,
-                      delete_only_handle_key: bool = False) -> tuple[bytes, bytes]:
+                      delete_only_handle_key: bool = False, compression: str = "none",
+                      large_message: LargeMessage | None = None) -> tuple[bytes, bytes]:
     """Several RowChange/DDL/Resolved events -> one Kafka (key, value) in TiCDC's batch framing.
 
     Column JSON follows TiCDC: ``{"t": code, "h": true (handle key only), "f": flags, "v": value}``; columns
@@ -337,10 +347,38 @@ def encode_open_batch(events: Iterable[Any], *, output_old_value: bool = True,
       when nothing changed.
     * ``delete_only_handle_key=True`` (``delete-only-output-handle-key-columns``): ``d`` holds only the
       handle-key columns.
+    * ``compression`` (``large-message-handle-compression``: "snappy"/"lz4"): every row and DDL value is
+      compressed (resolved events have no value).
+    * ``large_message`` (``large-message-handle-option``, :class:`~applier.devtools.encoders.largemsg.
+      LargeMessage`): a row event it finds too large (length = key + compressed value + sarama's record overhead
+      + 24, TiCDC's count) is sent with only its handle-key columns and, appended to the key, ``"ohk":true``
+      (handle-key-only) or ``"ohk":true,"ohk":false,"ccl":<location>`` (ticdc writes "ohk" twice) after the whole
+      event - key ``version + length + key JSON``, value ``length + compressed value`` - went to the claim-check
+      storage (ticdc
+      pkg/sink/codec/open/encoder.go ``enhancedKeyValue``, codec.go ``encodeRowChangedEvent``).
     """
-    return frame_open_batch(
-        _encode_event(e, output_old_value, only_output_updated_columns, delete_only_handle_key) for e in events
-    )
+    pairs = []
+    opts = (output_old_value, only_output_updated_columns, delete_only_handle_key)
+    for e in events:
+        kj, vj = _encode_event(e, *opts)
+        if not isinstance(e, Resolved):
+            vj = compress(compression, vj)
+        if isinstance(e, RowChange) and large_message is not None:
+            length = len(kj) + len(vj) + MAX_RECORD_OVERHEAD + 16 + 8
+            if large_message.too_large(e, length):
+                # ticdc's key writer appends "ohk":true for every large row and then, for a claim-check one,
+                # "ohk":false and "ccl" - the key holds "ohk" twice (JSON readers keep the last one). tiflow
+                # marshalled a struct instead: no "ohk" at all (omitempty) before "ccl".
+                extra = b',"ohk":true'
+                if large_message.claim:
+                    assert large_message.claim_check is not None
+                    location = large_message.claim_check.write(
+                        _VERSION_HEADER + _U64.pack(len(kj)) + kj, _U64.pack(len(vj)) + vj)
+                    extra += b',"ohk":false,"ccl":' + _dumps(location)
+                kj = kj[:-1] + extra + b"}"
+                vj = compress(compression, _encode_event(e, *opts, only_handle_key=True)[1])
+        pairs.append((kj, vj))
+    return frame_open_batch(pairs)
 
 
 def encode_open(event: Any, **options: Any) -> tuple[bytes, bytes]:

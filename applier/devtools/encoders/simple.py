@@ -44,6 +44,7 @@ from applier.codecs.simple import (
     _parsed_schemas,
 )
 from applier.devtools.encoders import values as V
+from applier.devtools.encoders.largemsg import MAX_RECORD_OVERHEAD, LargeMessage, compress
 from applier.events import DDL, Column, Op, Resolved, RowChange, TableSchema
 
 __all__ = ["encode_simple", "encode_bootstrap", "simple_ddl_type", "tidb_row_checksum", "tidb_checksum_bytes"]
@@ -318,6 +319,8 @@ def encode_simple(
     build_ts_ms: int | None = None,
     time_zone: str = "UTC",
     checksum: bool | Mapping[str, Any] = False,
+    compression: str = "none",
+    large_message: LargeMessage | None = None,
 ) -> tuple[bytes | None, bytes]:
     """One RowChange / DDL / Resolved / TableSchema -> (key, value) as TiCDC's simple encoder writes it.
 
@@ -331,7 +334,44 @@ def encode_simple(
     ``checksum=True`` attaches the row checksums TiCDC sends with ``integrity-check-level = "correctness"``
     (computed by :func:`tidb_row_checksum` over the columns in schema order); a Mapping attaches exactly those
     ``checksum`` fields (``version``, ``corrupted``, ``current``, ``previous``).
+
+    Large messages (ticdc pkg/sink/codec/simple/encoder.go ``AppendRowChangedEvent``, message.go
+    ``newDMLMessage``): ``compression`` ("snappy"/"lz4", ``large-message-handle-compression``) compresses every
+    value, BOOTSTRAP and DDL included; a row message ``large_message`` finds too large (compressed value + sarama's
+    record overhead, TiCDC's count) is sent with ``handleKeyOnly: true`` and only the handle-key columns in
+    ``data``/``old`` (the checksum kept), plus ``claimCheckLocation`` after the full compressed value went to the
+    claim-check storage with a nil key.
     """
+    opts = dict(encoding_format=encoding_format, table_schema=table_schema, pre_table_schema=pre_table_schema,
+                schema_version=schema_version, table_id=table_id, build_ts_ms=build_ts_ms, time_zone=time_zone,
+                checksum=checksum)
+    key, value = _encode_simple(event, **opts)
+    value = compress(compression, value)
+    if isinstance(event, RowChange) and large_message is not None \
+            and large_message.too_large(event, len(value) + MAX_RECORD_OVERHEAD):
+        location = None
+        if large_message.claim:
+            assert large_message.claim_check is not None
+            location = large_message.claim_check.write(None, value)
+        _, small = _encode_simple(event, **opts, only_handle_key=True, claim_check_location=location)
+        value = compress(compression, small)
+    return key, value
+
+
+def _encode_simple(
+    event: Any,
+    *,
+    encoding_format: str = "json",
+    table_schema: TableSchema | None = None,
+    pre_table_schema: TableSchema | None = None,
+    schema_version: int | None = None,
+    table_id: int = 0,
+    build_ts_ms: int | None = None,
+    time_zone: str = "UTC",
+    checksum: bool | Mapping[str, Any] = False,
+    only_handle_key: bool = False,
+    claim_check_location: str | None = None,
+) -> tuple[bytes | None, bytes]:
     if encoding_format not in ("json", "avro"):
         raise ValueError(f"encoding_format must be 'json' or 'avro', got {encoding_format!r}")
     avro = encoding_format == "avro"
@@ -393,14 +433,23 @@ def encode_simple(
             out[name] = conv(col, row[name], time_zone)
         return out
 
+    def handle_key(row: dict | None) -> dict | None:  # formatColumns with onlyHandleKey
+        if row is None or not only_handle_key:
+            return row
+        out = {n: v for n, v in row.items() if n in cols and cols[n].key}
+        if not out:
+            raise ValueError("handle-key-only: the row has no handle-key column")
+        return out
+
+    cs = None if checksum is False else _checksum_object(checksum, cols.values(), data, old, time_zone)
+    data, old = handle_key(data), handle_key(old)
     data_img = None if data is None else image(data)
     old_img = None if old is None else image(old)
-    cs = None if checksum is False else _checksum_object(checksum, cols.values(), data, old, time_zone)
     if avro:
         body = {"version": PROTOCOL_VERSION, "database": e.schema, "table": e.table, "tableID": table_id,
                 "type": dtype, "commitTs": _i64(e.commit_ts), "buildTs": build, "schemaVersion": _i64(version),
-                "claimCheckLocation": None, "handleKeyOnly": None, "checksum": cs, "data": data_img,
-                "old": old_img}
+                "claimCheckLocation": claim_check_location, "handleKeyOnly": True if only_handle_key else None,
+                "checksum": cs, "data": data_img, "old": old_img}
         return None, _avro_bytes(AVRO_DML, MSG_DML, body)
     msg = {"version": PROTOCOL_VERSION}
     if e.schema:
@@ -414,6 +463,10 @@ def encode_simple(
     msg["buildTs"] = build
     if version:
         msg["schemaVersion"] = version
+    if claim_check_location:
+        msg["claimCheckLocation"] = claim_check_location
+    if only_handle_key:
+        msg["handleKeyOnly"] = True
     if cs is not None:
         msg["checksum"] = cs
     if data_img is not None:
