@@ -290,7 +290,8 @@ class Applier:
         self.sink.forget_tables(tr.targets or None)
         stats.ddls += 1
         stats.transactions += 1
-        log.info("applied DDL at %s (commit ts %d): %s", ev.position, ev.commit_ts, "; ".join(tr.statements) or "(nothing to do downstream)")
+        log.info("applied DDL at %s (commit ts %d): %s", ev.position, ev.commit_ts, "; ".join(tr.statements) or "(nothing to do downstream)",
+                 extra={"position": ev.position})
 
     def _refuse_over_held(self, ev: DDL, tr: TranslatedDDL) -> None:
         """A DDL that drops, truncates or reshapes a table waits for the quarantined changes and undecodable
@@ -310,7 +311,7 @@ class Applier:
             self.store.ddl_record(conn, ev, key, state="skipped", statements=[], detail=detail)
             self._save_after_ddl(conn, ev, rel)
         stats.ddls_skipped += 1
-        log.warning("skipped DDL at %s: %s", ev.position, detail)
+        log.warning("skipped DDL at %s: %s", ev.position, detail, extra={"position": ev.position})
 
     def _confine(self, ev: DDL, tr: TranslatedDDL) -> None:
         """Invariant 11: a DDL acts only on objects its routes give it. Where a statement acts is parsed from its
@@ -366,7 +367,8 @@ class Applier:
             fn()
         except Exception as exc:
             if replay and self.dialect.is_replay_noop(exc):
-                log.info("DDL at %s had already taken effect before a restart (%s)", ev.position, db_reason(exc))
+                log.info("DDL at %s had already taken effect before a restart (%s)", ev.position, db_reason(exc),
+                         extra={"position": ev.position})
                 if conn.in_transaction():
                     conn.rollback()
                 return

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from typing import TYPE_CHECKING, Sequence
 
+from applier import logs
 from applier.config import ConfigError, Settings, load_config
 
 if TYPE_CHECKING:
@@ -38,7 +38,9 @@ def consistency_of(settings: Settings) -> str:
 
 
 def _load(path: str) -> Settings:
-    return load_config(path)
+    settings = load_config(path)
+    logs.set_pipeline(settings.pipeline.name)  # named by every log line from now on
+    return settings
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -283,7 +285,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         settings = _load(args.config)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+        logs.say(f"config error: {exc}")
         return EXIT_CONFIG
     return supervise(argv, DecodingMarker(settings.pipeline.local_dir))
 
@@ -357,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--target", choices=["mariadb", "postgres"], default="mariadb")
     d.add_argument("--protocol", choices=["open", "canal-json"], default="canal-json")
     d.set_defaults(fn=cmd_demo)
+    logs.add_option(ap)  # --log-format, before or after any subcommand
     return ap
 
 
@@ -366,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with an ``argv`` list, or as spark-submit's driver (its cluster manager restarts drivers), everything runs
     in this process."""
     args = build_parser().parse_args(argv)
+    logs.configure(args.log_format, verbose=args.verbose)
     if args.cmd == "run":
         import os
 
@@ -374,10 +378,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             as_supervised_child()
         elif argv is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
             return _supervise(args, sys.argv[1:])
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     from applier.events import DecodeError
     from applier.pipeline import PipelineStopped, SourceUnreachable, TargetLost
     from sqlalchemy.exc import DBAPIError
@@ -390,36 +390,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (SetupError, JarsError) as exc:
-        print(f"setup error: {exc}", file=sys.stderr)
+        logs.say(f"setup error: {exc}")
         return EXIT_CONFIG
     except WriterFenced as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
+        logs.say(f"stopped: {exc}")
         return EXIT_FENCED
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+        logs.say(f"config error: {exc}")
         return EXIT_CONFIG
     except DecodeError as exc:
-        print(f"stopped: {exc}. Fix the producer/changefeed settings (source.protocol must match the "
-              "changefeed's protocol), or set pipeline.on_decode_error = \"quarantine\" to keep such messages in "
-              "applier_quarantine and go on.", file=sys.stderr)
+        logs.say(f"stopped: {exc}. Fix the producer/changefeed settings (source.protocol must match the "
+                 "changefeed's protocol), or set pipeline.on_decode_error = \"quarantine\" to keep such messages "
+                 "in applier_quarantine and go on.")
         return EXIT_DECODE
     except ApplyError as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
+        logs.say(f"stopped: {exc}")
         return EXIT_APPLY
     except (SourceUnreachable, TargetLost) as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
+        logs.say(f"stopped: {exc}")
         return EXIT_TARGET
     except PipelineStopped as exc:
         fenced = _cause(exc, WriterFenced)
-        print(f"stopped: {fenced or exc}", file=sys.stderr)
+        logs.say(f"stopped: {fenced or exc}")
         return EXIT_FENCED if fenced else 1
     except RegistryError as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
+        logs.say(f"stopped: {exc}")
         return 1
     except DBAPIError as exc:
         reason = str(exc.orig if exc.orig is not None else exc).splitlines()[0][:500]
-        print(f"stopped: cannot use the target database: {reason}. Check [target] url (and password_env), that the "
-              "server is reachable and that the user may create tables; then rerun.", file=sys.stderr)
+        logs.say(f"stopped: cannot use the target database: {reason}. Check [target] url (and password_env), "
+                 "that the server is reachable and that the user may create tables; then rerun.")
         return EXIT_TARGET
 
 

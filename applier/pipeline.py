@@ -25,7 +25,7 @@ from typing import Any, Iterator
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from applier import migrate
+from applier import logs, migrate
 from applier.config import Settings
 from applier.codecs import Decoder, batch_hint, get_decoder
 from applier.crashguard import DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
@@ -118,7 +118,8 @@ def recover_from_decoder_crash(spark, settings: Settings, marker: DecodingMarker
         raise DecodeError(msg.position, killed_reason(how), protocol=settings.source.protocol)
     marker.disarm()  # found: this run quarantines them; were it killed first, the next crash marks them again
     for msg, how in killers:
-        log.error("%s: %s; it will be quarantined", msg.position, killed_reason(how))
+        log.error("%s: %s; it will be quarantined", msg.position, killed_reason(how),
+                  extra={"position": msg.position})
     return {(m.topic, m.partition, m.offset): killed_reason(how) for m, how in killers}
 
 
@@ -295,6 +296,7 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
     """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped.
     ``timer`` receives every stage's durations (applier.timing; the benchmark uses it). With ``[metrics] port``
     the run serves Prometheus metrics, which see the same durations (and pass them on to ``timer``)."""
+    logs.set_pipeline(settings.pipeline.name)  # every log line names it (applier.logs)
     check_brokers_reachable(settings)
     served = serve_metrics(settings, timer)
     if served is not None:
@@ -431,10 +433,11 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         if query_box:
             threading.Thread(target=query_box[0].stop, name="applier-stop", daemon=True).start()
 
-    handoff: BatchHandoff[tuple[int, list]] = BatchHandoff(apply_batch, on_error=stop_query)
+    work = logs.per_batch(apply_batch, pipeline=settings.pipeline.name)  # its log lines name the batch
+    handoff: BatchHandoff[tuple[int, list]] = BatchHandoff(work, on_error=stop_query)
 
     def on_batch(df, batch_id: int) -> None:
-        with timer.span("on_batch"):
+        with logs.batch_context(batch_id, settings.pipeline.name), timer.span("on_batch"):
             _on_batch(df, batch_id)
         timer.count("batches", 1)
 

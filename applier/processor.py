@@ -161,7 +161,7 @@ class BatchProcessor:
             named, routed = None, True
         if not routed:
             assert named is not None
-            log.warning("skipped %s (its table %s.%s is not routed)", exc, *named)
+            log.warning("skipped %s (its table %s.%s is not routed)", exc, *named, extra={"position": bad.position})
             return UndecodableMessage(bad, f"{reason} (its table is not routed: recorded, nothing held)", named,
                                       SKIPPED)
         policy = (self.decode_error_policy(*named) if named is not None else None) or self.on_decode_error
@@ -169,7 +169,8 @@ class BatchProcessor:
             raise exc
         log.error("%s %s%s", "skipped" if policy == "skip" else "quarantined", exc,
                   "" if named is not None or policy == "skip" else
-                  "; its table cannot be read, so every later change of its partition is held behind it")
+                  "; its table cannot be read, so every later change of its partition is held behind it",
+                  extra={"position": bad.position})
         return UndecodableMessage(bad, reason, named, SKIPPED if policy == "skip" else HELD)
 
     def _total(self, rep: BatchReport) -> None:

@@ -224,7 +224,8 @@ class SetAside:
                                      reason=f"the target refused key {refused_key} of {meta.display}: {reason}")
         log.error("%s %d change(s) of key %s of upstream table %s (from %s): the target refused it: %s",
                   "skipped" if state == "skipped" else "quarantined", len(aside), refused_key,
-                  shown(aside[0].schema, aside[0].table), aside[0].position, reason)
+                  shown(aside[0].schema, aside[0].table), aside[0].position, reason,
+                  extra={"position": aside[0].position})
 
     def in_savepoint(self, conn: Connection, write: Callable[[], object], keep: bool = True) -> str | None:
         """Run ``write`` in a savepoint: None when it worked (kept, or rolled back when not ``keep``), else the

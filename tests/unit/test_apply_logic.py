@@ -626,3 +626,29 @@ def test_a_table_name_no_tidb_table_could_have_reads_as_unknown_and_blocks_the_p
     proc = decode_policy_processor("quarantine", {})
     proc.process([bad_of("x" * 65, 0), bad_of("a\x00b", 1)])
     assert quarantine_rows(proc) == [(".", "held", "undecodable"), (".", "held", "undecodable")]
+
+
+def test_quarantine_log_lines_carry_the_kafka_position_for_json_logs(caplog) -> None:
+    """``--log-format json`` (applier/logs.py) gives topic/partition/offset fields to the lines about a refused row
+    and an undecodable message, and the batch and pipeline they were logged in; the text stays as it was."""
+    import json
+    import logging
+
+    from applier import logs
+
+    ap, gate = setup(FakeSink(refuse_key=7), on_apply_error="quarantine")
+    gate.add([row(10, i, i, i * 10) for i in range(12)] + [Resolved(10, SourcePosition("k", 0, 12))])
+    proc = decode_policy_processor("quarantine", {})
+    caplog.handler.addFilter(logs.ContextFilter())  # stamps the context when logged (formatted after the batch)
+    with caplog.at_level(logging.WARNING, logger="applier"):
+        with logs.batch_context(4, pipeline="shop"):
+            ap.apply(gate.release())
+            proc.process([bad_of("t", 3), bad_of("ignored", 5)])
+    got = {r.name + " " + r.getMessage()[:11]: json.loads(logs.JsonFormatter().format(r)) for r in caplog.records
+           if r.name in ("applier.setaside", "applier.processor")}
+    assert {k: (d["topic"], d["partition"], d["offset"], d["batch"], d["pipeline"]) for k, d in got.items()} == {
+        "applier.setaside quarantined": ("k", 0, 7, 4, "shop"),
+        "applier.processor quarantined": ("k", 0, 3, 4, "shop"),
+        "applier.processor skipped can": ("k", 0, 5, 4, "shop"),
+    }
+    assert "topic=k partition=0 offset=7" in got["applier.setaside quarantined"]["message"]
