@@ -46,12 +46,34 @@ def _load(path: str) -> Settings:
 def cmd_run(args: argparse.Namespace) -> int:
     from applier.pipeline import run
     settings = _load(args.config)
-    res = run(settings, until_caught_up=args.until_caught_up)
+    res = run(settings, until_caught_up=args.until_caught_up, until_ts=args.until_ts)
     t = res.report
     print(f"pipeline {settings.pipeline.name}: {res.batches} batch(es), {t.messages} messages, {t.applied.rows} row "
           f"changes, {t.applied.ddls} DDL applied ({t.applied.ddls_skipped} skipped), applied resolved ts "
           f"{t.applied_ts}, {t.held} event(s) held above it")
+    if res.stopped_at is not None:
+        print(f"stopped at --until-ts {res.stopped_at}: the replica is consistent as of exactly that TSO "
+              "(applier_pipelines.applied_ts); a run without --until-ts continues from there")
+    elif args.until_ts is not None:  # --until-caught-up drained Kafka first
+        print(f"caught up before --until-ts {args.until_ts}: what Kafka holds does not reach it yet (global resolved "
+              f"ts {t.global_resolved}); the replica is consistent as of {t.applied_ts}. Run again with --until-ts "
+              f"{args.until_ts} (without --until-caught-up it waits for it)")
     return 0
+
+
+def _tso_arg(text: str) -> int:
+    """``--until-ts``: a TiDB TSO. A TSO the cluster has not reached yet is fine: the run waits for it."""
+    from applier.config import tso_problem
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TSO (a whole number, physical ms << 18 | logical, "
+                                         "e.g. SELECT @@tidb_current_ts)") from None
+    problem = tso_problem(value, future_ok=True)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -299,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-c", "--config", required=True)
     r.add_argument("--until-caught-up", action="store_true",
                    help="drain what is in Kafka now (Spark trigger availableNow) and exit 0")
+    r.add_argument("--until-ts", type=_tso_arg, metavar="TSO",
+                   help="stop once the applied resolved ts reaches this TiDB TSO, applying nothing committed after "
+                   "it: the replica is then consistent as of exactly TSO; exit 0 (gated protocols only)")
     r.set_defaults(fn=cmd_run)
     s = sub.add_parser("status", help="applied and global resolved ts, lag, partitions, tables")
     s.add_argument("-c", "--config", required=True)

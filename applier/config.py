@@ -37,6 +37,8 @@ Example (every key; see ``conf/*.toml``)::
     topics = ["tidb-shop"]                # exactly one of topics / topic_pattern
     protocol = "canal-json"               # required: open | canal-json
     starting_offsets = "earliest"         # earliest | latest, for a pipeline with no progress yet
+    start_ts = 449958940139667457         # optional TiDB TSO (gated protocols): a new pipeline skips every change
+                                          # committed at or before it (the replica holds the snapshot at that TSO)
     [source.kafka]                        # passed to the consumer as kafka.<key>
 
     [target]
@@ -71,6 +73,7 @@ import dataclasses
 import difflib
 import os
 import re
+import time
 import tomllib
 import urllib.parse
 from dataclasses import dataclass, field
@@ -94,6 +97,7 @@ __all__ = [
     "TargetSettings",
     "load_config",
     "parse_config",
+    "tso_problem",
 ]
 
 MASK = "***"
@@ -212,7 +216,8 @@ _PIPELINE_KEYS = (
     "max_offsets_per_trigger",
     "decode_on",
 )
-_SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "kafka", "codec")
+_SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "start_ts", "kafka",
+                "codec")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
                 "retry_seconds")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
@@ -221,6 +226,32 @@ _ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decod
 
 
 _URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+# A TiDB TSO is (physical milliseconds since the epoch << 18) | logical counter. PD hands out TSOs from its wall
+# clock, so no real one has a physical part before TiDB existed: a smaller value is a Unix time or a row count
+# written by mistake, and one far in the future is a nanosecond time. Either would silently skip or re-apply changes.
+TSO_LOGICAL_BITS = 18
+_TSO_EARLIEST_MS = 1_420_070_400_000  # 2015-01-01T00:00:00Z
+_TSO_MAX = 2**63 - 1  # the progress tables store it as a signed BIGINT
+TSO_HINT = ("a TiDB TSO is physical milliseconds << 18 | logical, e.g. the Pos or TSO in Dumpling's metadata "
+            "file, BR's BackupTS, or SELECT @@tidb_current_ts")
+
+
+def tso_problem(value: int, *, future_ok: bool = False) -> str | None:
+    """What is wrong with ``value`` as a TiDB TSO (None when it is one). ``future_ok``: a TSO the cluster has not
+    reached yet is fine (a point to stop at), else it cannot name a snapshot that exists."""
+    if value < 1 or value > _TSO_MAX:
+        return f"must be a TSO between 1 and {_TSO_MAX}, got {value}; {TSO_HINT}"
+    physical_ms = value >> TSO_LOGICAL_BITS
+    if physical_ms < _TSO_EARLIEST_MS:
+        return (f"{value} is not a TiDB TSO: its physical part is before 2015 (a Unix time in seconds or "
+                f"milliseconds?); {TSO_HINT}")
+    if not future_ok:
+        if physical_ms > time.time() * 1000 + 86_400_000:
+            return (f"{value} is not a TiDB TSO yet: its physical part is more than a day in the future (a "
+                    f"nanosecond time?); {TSO_HINT}")
+    return None
 
 
 def is_uri(text: str) -> bool:
@@ -370,6 +401,7 @@ class SourceSettings(_RedactedRepr):
     topics: tuple[str, ...] | None = None
     topic_pattern: str | None = None
     starting_offsets: str = "earliest"  # earliest | latest
+    start_ts: int | None = None  # a TiDB TSO: a new pipeline skips the changes committed at or before it
     kafka: Mapping[str, str] = field(default_factory=FrozenMap)
     _kafka_templates: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
     codec: Mapping[str, Any] = field(default_factory=FrozenMap)  # decoder options ([source.codec])
@@ -399,6 +431,7 @@ class SourceSettings(_RedactedRepr):
             "topic_pattern": self.topic_pattern,
             "protocol": self.protocol,
             "starting_offsets": self.starting_offsets,
+            "start_ts": self.start_ts,
             "kafka": _redact_options(self.kafka, self._kafka_templates),
             "codec": {k: _redact_codec_value(k, v) for k, v in self.codec.items()},
         }
@@ -841,6 +874,7 @@ class _Parser:
             )
         codec = self.codec_options(d.get("codec", {}), protocol)
         starting = self.choice(d, p, "starting_offsets", ("earliest", "latest"), "earliest")
+        start_ts = self.start_ts(d, protocol, codec, starting)
         kafka, kafka_templates = self.options(
             d.get("kafka", {}), "source.kafka", OWNED_KAFKA_KEYS, allow_float=False, prefix_hint="kafka."
         )
@@ -850,10 +884,41 @@ class _Parser:
             topics=topics,
             topic_pattern=pattern,
             starting_offsets=starting,
+            start_ts=start_ts,
             kafka=kafka,
             _kafka_templates=kafka_templates,
             codec=codec,
         )
+
+    def start_ts(self, d: Mapping[str, Any], protocol: str, codec: Mapping[str, Any], starting: str) -> int | None:
+        """``source.start_ts``: the TSO of the snapshot a new replica was seeded from (Dumpling/BR at that TSO,
+        then a changefeed with ``--start-ts`` of it). Only a gated stream can honour it: the pipeline seeds its
+        applied resolved ts with it, and only the gate drops changes by commit ts (invariant 4). Ungated streams
+        carry no commit ts (Canal-JSON and Avro without the TiDB extension: every change has 0) or no resolved
+        ts to order by, so skipping "what the snapshot holds" would be a guess that loses or re-applies rows."""
+        key = "source.start_ts"
+        value = self.get(d, "source", "start_ts", int, hint=f"start_ts = 449958940139667457 ({TSO_HINT})",
+                         default=None)
+        if value is None:
+            return None
+        problem = tso_problem(value)
+        if problem:
+            raise self.error(key, problem)
+        if starting == "latest":
+            raise self.error(key, 'needs source.starting_offsets = "earliest" (the default): with "latest" every '
+                             "change committed after the snapshot but written before this run starts would be "
+                             "skipped")
+        from applier.codecs import get_decoder
+        if not get_decoder(protocol, **codec).gated:
+            raise self.error(
+                key, f'cannot be honoured with source.protocol = "{protocol}" and these [source.codec] options: that '
+                "stream has no resolved ts (and its changes may carry no commit ts), so it is applied in offset order "
+                "and nothing tells which changes the snapshot already holds. Use a gated changefeed (open, simple, "
+                "canal-json with enable-tidb-extension=true, debezium with enable-tidb-extension=true and gated = "
+                "true, avro with avro-enable-watermark=true and enable_watermark = true), or drop start_ts and give "
+                "this pipeline a topic that holds only the changes after the snapshot (a changefeed created with "
+                "--start-ts=<the snapshot's TSO>)")
+        return value
 
     def codec_options(self, raw: Any, protocol: str) -> Mapping[str, Any]:
         """``[source.codec]``: options of the protocol's decoder (strings may use ${VAR}); checked by

@@ -14,13 +14,16 @@ Why each rule exists (architecture invariants):
 * Order (3): released events come in ``(commit_ts, topic, partition, offset, index)`` order. One row key always
   lives in one partition, so this is TiCDC's per-key order, and the commit-ts order makes a DDL a barrier
   between the changes of its table before and after it.
-* Duplicates (4): an event is dropped only when ``commit_ts <= applied_ts`` (the resolved ts already applied),
+* Duplicates (4): an event is dropped only when ``commit_ts <= applied_ts`` (the resolved ts already applied, or
+  for a new pipeline ``source.start_ts``: the snapshot the replica was seeded from already holds those changes),
   or when it is the same change as one still held (:func:`_row_identity`: compared exactly, never by a hash
   alone). Anything else above the applied ts is kept even when it arrives after newer ones — dropping those
   lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once.
 * Nothing lost on restart (7): :meth:`Gate.restart_offsets` is, per partition, the lowest offset of any event
   still held (in memory or spilled), so re-reading Kafka from there rebuilds the held set after a crash.
 * Bounded memory (8): held events beyond ``budget_bytes`` spill to local disk (:class:`applier.spill.RunStore`).
+* Stopping at a ts (``applier run --until-ts``): ``until_ts`` caps every release, so the applied resolved ts stops
+  at exactly that ts even when the global resolved ts is beyond it, and the replica is consistent as of it.
 
 Cost model: a single upstream transaction can hold millions of events for many micro-batches, so nothing that
 runs per micro-batch or per progress save may scan the held events. The duplicate filter is kept per commit ts
@@ -115,6 +118,7 @@ class Gate:
         seen_ddl: Iterable[tuple[int, str, str, str]] = (),
         gated: bool = True,
         upstream_holds: Callable[[], tuple[dict[TopicPartition, int], int | None]] | None = None,
+        until_ts: int | None = None,
     ) -> None:
         """``gated=False`` is for protocols without a watermark: everything is released at once, in offset
         order per partition, and nothing is dropped by commit ts (it may be unknown).
@@ -123,7 +127,17 @@ class Gate:
         lowest offset per partition and the smallest commit ts. The gate never releases at or above that ts
         and never reports a restart offset above those offsets, so held messages are neither overtaken nor
         lost on restart.
+
+        ``until_ts`` (gated only) caps every release at that ts: nothing committed after it is released even when
+        the global resolved ts is beyond it, so once the global resolved ts reaches it the applied resolved ts is
+        exactly ``until_ts`` (:attr:`reached_until_ts`). Events above it stay held, and so stay in the restart
+        offsets, for a later run. An ungated stream has no resolved ts that could say everything up to a ts
+        arrived, so it is refused.
         """
+        if until_ts is not None and not gated:
+            raise ValueError("until_ts needs a gated stream: without resolved ts nothing says when every change up "
+                             "to it has arrived")
+        self.until_ts = until_ts
         self.gated = gated
         self._upstream_holds = upstream_holds
         self.applied_ts = applied_ts
@@ -266,6 +280,11 @@ class Gate:
     def memory_bytes(self) -> int:
         return self._runs.memory_bytes
 
+    @property
+    def reached_until_ts(self) -> bool:
+        """The applied resolved ts reached ``until_ts``: the replica is consistent as of exactly it."""
+        return self.until_ts is not None and self.applied_ts >= self.until_ts
+
     def restart_offsets(self) -> dict[TopicPartition, int]:
         """Per partition, the offset to re-read from after a crash so that no held event is lost.
 
@@ -301,11 +320,14 @@ class Gate:
 
     # ---- release ------------------------------------------------------------------------------------
     def release(self, upto: int | None = None) -> Release:
-        """Events with ``commit_ts <= upto`` (default: the global resolved ts), in commit order."""
+        """Events with ``commit_ts <= upto`` (default: the global resolved ts; never past ``until_ts``), in commit
+        order."""
         if not self.gated:
             limit = sys.maxsize
         else:
             limit = self.global_resolved() if upto is None else upto
+            if self.until_ts is not None and limit > self.until_ts:
+                limit = self.until_ts  # never past the ts the run stops at, so applied_ts lands exactly on it
             if self._upstream_holds is not None:
                 held_ts = self._upstream_holds()[1]
                 if held_ts is not None:

@@ -26,7 +26,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from applier import logs, migrate
-from applier.config import Settings
+from applier.config import ConfigError, Settings
 from applier.codecs import Decoder, batch_hint, get_decoder
 from applier.crashguard import DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
 from applier.decode import (
@@ -37,7 +37,7 @@ from applier.dialect import Dialect, dialect_for
 from applier.events import DecodeError, KafkaMessage
 from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
-from applier.progress import ProgressStore
+from applier.progress import PipelineState, ProgressStore
 from applier.report import ProgressLine
 from applier.routing import Router
 from applier.session import reset_checkpoint, spark_session
@@ -197,6 +197,7 @@ class RunResult:
     batches: int
     report: BatchReport
     gate: dict[str, int] = field(default_factory=dict)  # the gate's counters: duplicates dropped, spills
+    stopped_at: int | None = None  # the --until-ts the run stopped at: the replica is consistent as of exactly it
 
 
 def make_engine(settings: Settings) -> Engine:
@@ -268,6 +269,53 @@ def starting_offsets(parts: list[tuple[str, int]], restart: dict[tuple[str, int]
     return json.dumps(doc)
 
 
+def seed_start_ts(state: PipelineState, start_ts: int | None, pipeline: str) -> None:
+    """``source.start_ts``: a new pipeline (no row in applier_pipelines) starts as if its replica were consistent
+    as of that TSO already, because it was seeded from a snapshot there (Dumpling or BR at the TSO, then a
+    changefeed created with ``--start-ts`` of it). Its applied resolved ts becomes the TSO, so the gate drops
+    every change committed at or before it (invariant 4's rule, which the snapshot makes true) and applies the
+    rest. A pipeline with progress resumes from what it recorded: that is where its replica is now, whatever the
+    configuration says."""
+    if start_ts is None:
+        return
+    if not state.exists:
+        state.applied_ts = start_ts
+        log.info("pipeline %s is new: starting from source.start_ts %d (changes committed at or before it are in "
+                 "the replica's snapshot and are skipped)", pipeline, start_ts)
+        return
+    log.warning("source.start_ts = %d is ignored: pipeline %s already has progress in applier_pipelines (applied "
+                "resolved ts %d) and resumes from it. start_ts only seeds a new pipeline; to start a replica again "
+                "from a snapshot, give it a new pipeline.name", start_ts, pipeline, state.applied_ts)
+
+
+def check_until_ts(settings: Settings, until_ts: int | None) -> None:
+    """``applier run --until-ts`` needs a gated stream: only resolved ts say that every change up to the TSO has
+    arrived, and only commit-ts order makes the replica consistent as of it. An ungated stream (no watermark,
+    applied in offset order, often without commit ts) could only guess, so it is refused before anything starts."""
+    if until_ts is None or decoder_for(settings).gated:
+        return
+    raise ConfigError(
+        "--until-ts", f'source.protocol = "{settings.source.protocol}" with these [source.codec] options has no '
+        "resolved ts: nothing says when every change up to the TSO has arrived, and its changes are applied in "
+        "offset order, so the replica is never consistent as of one TSO. Stop the run yourself, or use a gated "
+        "changefeed (open, simple, canal-json with enable-tidb-extension=true, debezium with gated = true, avro "
+        "with enable_watermark = true)", source="command line")
+
+
+def until_ts_reached(state: PipelineState, until_ts: int | None, pipeline: str) -> bool:
+    """Whether the progress loaded at start already stands at ``until_ts`` (then there is nothing to apply; a
+    live query would wait for data for ever). A replica already past it cannot go back: refused."""
+    if until_ts is None or state.applied_ts < until_ts:
+        return False
+    if state.applied_ts > until_ts:
+        raise ConfigError(
+            "--until-ts", f"pipeline {pipeline} has already applied up to TSO {state.applied_ts} "
+            f"(applier_pipelines.applied_ts), past {until_ts}: a replica cannot go back. Give a TSO at or after "
+            f"{state.applied_ts}, or seed a new replica from a snapshot at or before {until_ts} (source.start_ts, "
+            "a new pipeline.name)", source="command line")
+    return True
+
+
 class _Lock:
     """One running instance per pipeline: a second one would interleave progress writes."""
 
@@ -291,12 +339,16 @@ class _Lock:
         self.fh.close()
 
 
-def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progress: bool | None = None,
-        timer: StageTimer = NO_TIMING) -> RunResult:
+def run(settings: Settings, *, until_caught_up: bool = False, until_ts: int | None = None, spark=None,
+        progress: bool | None = None, timer: StageTimer = NO_TIMING) -> RunResult:
     """Run the pipeline: drain the backlog and stop (``until_caught_up``), or keep applying until stopped.
+    ``until_ts`` (a TSO; gated protocols only) stops the run once the applied resolved ts reaches it, with nothing
+    committed after it applied: the replica is then consistent as of exactly that TSO (``RunResult.stopped_at``),
+    and a later run continues from there. With ``until_caught_up`` too, whichever comes first ends the run.
     ``timer`` receives every stage's durations (applier.timing; the benchmark uses it). With ``[metrics] port``
     the run serves Prometheus metrics, which see the same durations (and pass them on to ``timer``)."""
     logs.set_pipeline(settings.pipeline.name)  # every log line names it (applier.logs)
+    check_until_ts(settings, until_ts)
     check_brokers_reachable(settings)
     served = serve_metrics(settings, timer)
     if served is not None:
@@ -311,7 +363,8 @@ def run(settings: Settings, *, until_caught_up: bool = False, spark=None, progre
                 spark = spark_session(settings)
             try:
                 with bulk_gc():
-                    return _run_retrying(settings, spark, engine, dialect, until_caught_up, progress, timer)
+                    return _run_retrying(settings, spark, engine, dialect, until_caught_up, progress, timer,
+                                         until_ts=until_ts)
             finally:
                 if own_spark:
                     spark.stop()
@@ -332,7 +385,7 @@ def serve_metrics(settings: Settings, timer: StageTimer) -> Any:
 
 
 def _run_retrying(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caught_up: bool,
-                  progress: bool | None, timer: StageTimer = NO_TIMING) -> RunResult:
+                  progress: bool | None, timer: StageTimer = NO_TIMING, *, until_ts: int | None = None) -> RunResult:
     """Invariant 14: a transient target fault (lost connection, restart, deadlock, lock-wait timeout) is not a
     failure. The failed transaction rolled back with its progress, so the run starts over from the progress
     tables (a new query, the same Spark session) -- the crash-recovery path, which replays exactly the
@@ -361,7 +414,8 @@ def _run_retrying(settings: Settings, spark, engine: Engine, dialect: Dialect, u
     try:
         for attempt in retrying:
             with attempt:
-                return _run(settings, spark, engine, dialect, until_caught_up, progress, mark, timer)
+                return _run(settings, spark, engine, dialect, until_caught_up, progress, mark, timer,
+                            until_ts=until_ts)
     except Exception as exc:
         if not dialect.is_transient(exc):
             raise
@@ -373,7 +427,7 @@ def _run_retrying(settings: Settings, spark, engine: Engine, dialect: Dialect, u
 
 
 def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caught_up: bool, progress: bool | None,
-         mark: dict[str, float | None], timer: StageTimer = NO_TIMING) -> RunResult:
+         mark: dict[str, float | None], timer: StageTimer = NO_TIMING, *, until_ts: int | None = None) -> RunResult:
     # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
     # only a run that can work takes the pipeline over from another writer.
     query_dir = reset_checkpoint(spark, settings)
@@ -387,11 +441,15 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     store.claim(engine)  # invariant 13: fence any older writer of this pipeline, then read what it committed
     with engine.connect() as conn:
         state = store.load(conn)
+        seed_start_ts(state, settings.source.start_ts, settings.pipeline.name)
         timer.resumed(state)
         if not on_executors:
             # messages that killed the decoder before stay undecoded when a replay reads them again
             guard = DriverDecodeGuard(marker, {**store.quarantined_with(conn, KILLED), **killers},
                                       settings.source.protocol)
+    if until_ts_reached(state, until_ts, settings.pipeline.name):
+        log.info("the applied resolved ts is already --until-ts %d: nothing to apply", until_ts)
+        return RunResult(0, BatchReport(applied_ts=state.applied_ts), stopped_at=until_ts)
     restart = {tp: cp.restart_offset for tp, cp in state.checkpoints.items()}
     offsets = starting_offsets(parts, restart, settings.source.starting_offsets)
     spill_dir = str(settings.pipeline.spill_dir)
@@ -405,11 +463,12 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
         shard_ddl=settings.target.shard_ddl, on_apply_error=settings.target.on_apply_error,
         apply_error_policy=router.apply_error_policy,
-        guard=guard, timer=timer, dialect=dialect,
+        guard=guard, timer=timer, dialect=dialect, until_ts=until_ts,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]
     query_box: list = []
+    at_until_ts = threading.Event()  # the applied resolved ts reached until_ts: the query is being stopped
 
     spec = worker_spec(settings)
     log.info("decoding %s records in %s", settings.source.protocol,
@@ -418,6 +477,8 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     def apply_batch(item: tuple[int, list]) -> None:
         """Runs on the hand-off thread: the only thread that touches the processor and its gate."""
         batch_id, payload = item
+        if at_until_ts.is_set():  # read while the query stops: left to the next run (the progress tables say so)
+            return
         if time.monotonic() - last_refresh[0] > 30:
             processor.gate.add_partitions(kafka_partitions(spark, settings))
             last_refresh[0] = time.monotonic()
@@ -427,8 +488,14 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         line.update(rep, processor.totals)
         log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
                  rep.applied.rows, rep.applied.ddls, rep.applied_ts, rep.held)
+        if processor.gate.reached_until_ts:
+            # the gate released nothing past until_ts and the progress committed applied_ts = until_ts: stop the
+            # query the way a failed batch does; what is held above it stays in the restart offsets
+            at_until_ts.set()
+            log.info("the applied resolved ts reached --until-ts %d: stopping", until_ts)
+            stop_query(None)
 
-    def stop_query(exc: BaseException) -> None:
+    def stop_query(exc: BaseException | None) -> None:
         # a failed batch stops the query at once, also when it is idle waiting for new data
         if query_box:
             threading.Thread(target=query_box[0].stop, name="applier-stop", daemon=True).start()
@@ -468,12 +535,14 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     try:
         query = writer.start()
         query_box.append(query)
+        if at_until_ts.is_set():  # reached by a batch that ran before the query was in query_box
+            stop_query(None)
         try:
             query.awaitTermination()
         except KeyboardInterrupt:
             query.stop()
         except Exception as exc:
-            if handoff.error is None:
+            if handoff.error is None and not at_until_ts.is_set():
                 raise PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}") from exc
         with timer.span("drain"):
             handoff.close()  # the last handed-over batch is applied before run() returns
@@ -483,4 +552,5 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         processor.close()
     if handoff.error is not None:
         raise handoff.error from None
-    return RunResult(processor.batches, processor.totals, dict(processor.gate.stats))
+    return RunResult(processor.batches, processor.totals, dict(processor.gate.stats),
+                     stopped_at=until_ts if at_until_ts.is_set() else None)

@@ -48,7 +48,11 @@ class BatchProcessor:
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
                  on_unsupported_ddl: str = "stop", shard_ddl: str = "stop", on_apply_error: str = "stop",
                  apply_error_policy=None, ddl_scope=None, guard: DriverDecodeGuard | None = None,
-                 timer: StageTimer = NO_TIMING, dialect: Dialect | None = None) -> None:
+                 timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
+                 until_ts: int | None = None) -> None:
+        """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
+        ``source.start_ts``, that TSO: :func:`applier.pipeline.seed_start_ts`). ``until_ts`` makes the gate release
+        nothing committed after it (``applier run --until-ts``; gated protocols only)."""
         self.timer = timer
         self.decoder = decoder
         self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
@@ -64,7 +68,7 @@ class BatchProcessor:
             partitions=partitions, applied_ts=state.applied_ts,
             partition_resolved={tp: cp.resolved_ts for tp, cp in state.checkpoints.items()},
             budget_bytes=budget_bytes, spill_dir=spill_dir, gated=decoder.gated,
-            upstream_holds=holds,
+            upstream_holds=holds, until_ts=until_ts,
         )
         for tp, cp in state.checkpoints.items():
             self.gate.next_offsets[tp] = cp.restart_offset

@@ -114,6 +114,8 @@ class Workload:
     ``topics`` lists the topics the 4-tuple messages name (avro), in first-use order; empty when every message
     goes to the one topic the caller passes to :func:`produce`. ``target_ddl`` is the DDL the stream does not
     carry, as ``(index into messages, DDL)``: apply each to the target before the applier reads that message.
+    ``changes`` is every upstream change once, in commit order (no replayed or broadcast copies): what a test needs
+    to work out the tables as of a TSO (a snapshot to seed a replica with, or where ``--until-ts`` stops).
     """
 
     protocol: str
@@ -128,6 +130,7 @@ class Workload:
     gated: bool = True
     topics: list[str] = field(default_factory=list)
     target_ddl: list[tuple[int, DDL]] = field(default_factory=list)
+    changes: list[RowChange | DDL] = field(default_factory=list)
 
     def target_ddl_before(self, index: int) -> list[DDL]:
         """The operator's DDL that must be in place before ``messages[index]`` is read."""
@@ -277,6 +280,7 @@ class _Gen:
     # -- events -----------------------------------------------------------------------------------------
     def ddl(self, table: str, query: str) -> None:
         ts = self.next_ts()
+        self.wl.changes.append(DDL(SCHEMA, table, ts, query, SourcePosition("", 0, 0)))
         if self.protocol not in ("open", "canal-json"):
             before = None if query.startswith("CREATE") else self.table_cols[table]
             after = TABLE_COLS[table] if before is None else ALTER_COLS[query]
@@ -310,6 +314,7 @@ class _Gen:
             part = zlib.crc32(table.encode()) % self.parts
         ev = RowChange(SCHEMA, table, ts, op, before, after, cols, SourcePosition("", part, 0))
         self.wl.row_changes[table] = self.wl.row_changes.get(table, 0) + 1
+        self.wl.changes.append(ev)
         self._emit(part, ev)
         self.history.append((ts, part, ev))
 

@@ -293,3 +293,110 @@ def test_ungated_keeps_each_partitions_copy_of_a_broadcast_ddl() -> None:
     g.add([ddl(0, 1, 0), ddl(0, 0, 0), row(0, 0, 1, 1, 1)])
     out = drain(g)
     assert [(type(e).__name__, e.position.partition) for e in out] == [("DDL", 0), ("RowChange", 0), ("DDL", 1)]
+
+
+# ---- start and stop at a TSO (source.start_ts, applier run --until-ts) ---------------------------------------
+
+def test_until_ts_caps_the_release_even_when_the_global_resolved_ts_is_beyond_it() -> None:
+    g = Gate(partitions=[("k", 0), ("k", 1)], until_ts=25)
+    g.add([row(10, 0, 0, 1, 1), row(25, 1, 0, 2, 2), row(26, 0, 1, 1, 3), row(30, 1, 1, 3, 3),
+           res(40, 0, 2), res(40, 1, 2)])
+    assert [e.commit_ts for e in drain(g)] == [10, 25]  # 26 and 30 are below the global resolved ts 40, but after 25
+    assert g.applied_ts == 25 and g.reached_until_ts
+    assert g.held == 2
+    assert g.restart_offsets() == {("k", 0): 1, ("k", 1): 1}  # a later run re-reads what is held above 25
+    assert drain(g) == [] and g.applied_ts == 25  # further batches never pass it
+
+
+def test_until_ts_is_reached_only_once_the_global_resolved_ts_passes_it() -> None:
+    g = Gate(partitions=[("k", 0), ("k", 1)], until_ts=25)
+    g.add([row(10, 0, 0, 1, 1), row(20, 1, 0, 2, 2), res(30, 0, 1), res(15, 1, 1)])
+    assert [e.commit_ts for e in drain(g)] == [10]
+    assert g.applied_ts == 15 and not g.reached_until_ts  # partition 1 may still send a change at 16..25
+    g.add([row(22, 1, 2, 3, 3), res(50, 1, 3)])
+    assert [e.commit_ts for e in drain(g)] == [20, 22]
+    assert g.applied_ts == 25 and g.reached_until_ts
+
+
+def test_until_ts_needs_a_gated_stream() -> None:
+    with pytest.raises(ValueError, match="gated"):
+        Gate(partitions=[("k", 0)], gated=False, until_ts=25)
+    assert not Gate(partitions=[("k", 0)]).reached_until_ts
+
+
+def test_a_start_ts_seeded_as_the_applied_ts_drops_what_the_snapshot_holds_and_keeps_the_rest() -> None:
+    """A new pipeline with source.start_ts = 20 starts with applied_ts 20 (applier.pipeline.seed_start_ts): the
+    change at 20 and the replayed older ones are in the snapshot; 21 is not, even when it arrives late."""
+    g = Gate(partitions=[("k", 0), ("k", 1)], applied_ts=20)
+    g.add([row(10, 0, 0, 1, 1), row(20, 1, 0, 2, 2), res(15, 0, 1), res(15, 1, 1)])
+    assert drain(g) == [] and g.applied_ts == 20  # a resolved ts below start_ts never moves it back
+    g.add([row(25, 0, 2, 1, 5), row(21, 1, 2, 3, 3), res(30, 0, 3), res(30, 1, 3)])
+    assert [e.commit_ts for e in drain(g)] == [21, 25]
+    assert g.stats["duplicates_dropped"] == 2
+
+
+def _state_as_of(logs: dict, ts: int) -> dict:
+    """The table state after every upstream change committed at or before ``ts`` (replayed copies included: they
+    are the same changes, and commit order puts each where it belongs)."""
+    state: dict = {}
+    changes = [m for p in logs for m in logs[p] if m.ev[0] == "row" and m.ev[1] <= ts]
+    for m in sorted(changes, key=lambda m: (m.ev[1], m.part, m.off)):
+        apply(state, materialise(m))
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), parts=st.integers(1, 4), replay=st.booleans(),
+       budget=st.sampled_from([10**9, 3000]))
+def test_random_streams_start_at_a_snapshot_stop_at_exactly_until_ts_and_a_later_run_continues(
+        seed: int, parts: int, replay: bool, budget: int, tmp_path_factory) -> None:
+    """A replica seeded with the state as of S, a first run with until_ts T: it ends equal to the state as of
+    exactly T with applied_ts T, having released only changes in (S, T]. A later run without until_ts, rebuilt
+    from what the first committed (as after a restart), ends equal to the final state."""
+    rng = random.Random(seed)
+    logs, expected = make_stream(rng, parts, rng.randint(2, 40), replay)
+    commits = sorted({m.ev[1] for p in logs for m in logs[p] if m.ev[0] == "row"})
+    s, t = sorted(rng.sample(commits, 2)) if len(commits) > 1 else (commits[0] - 1, commits[0])
+    tps = [("k", p) for p in range(parts)]
+    spill = tmp_path_factory.mktemp("spill")
+    state = _state_as_of(logs, s)  # the snapshot
+    gate = Gate(partitions=tps, applied_ts=s, until_ts=t, budget_bytes=budget, spill_dir=spill)
+    cursor = {p: 0 for p in range(parts)}
+    durable: dict = {}
+    while not gate.reached_until_ts:
+        assert any(cursor[p] < len(logs[p]) for p in range(parts)), "the stream ended before until_ts was reached"
+        batch = []
+        for p in range(parts):
+            n = rng.randint(0, 4)
+            batch.extend(materialise(m) for m in logs[p][cursor[p]:cursor[p] + n])
+            cursor[p] = min(len(logs[p]), cursor[p] + n)
+        gate.add(batch)
+        rel = gate.release()
+        for ev in rel:
+            assert s < ev.commit_ts <= t
+            apply(state, ev)
+        gate.forget(rel)
+        cp = gate.checkpoint()
+        durable = {"resolved": {tp: c.resolved_ts for tp, c in cp.items()},
+                   "restart": {tp: c.restart_offset for tp, c in cp.items()}}
+    assert gate.applied_ts == t
+    assert state == _state_as_of(logs, t)
+    gate.close()
+    gate = Gate(partitions=tps, applied_ts=t, partition_resolved=durable["resolved"], budget_bytes=budget,
+                spill_dir=spill)
+    for (_, p), off in durable["restart"].items():
+        cursor[p] = off
+    while any(cursor[p] < len(logs[p]) for p in range(parts)):
+        batch = []
+        for p in range(parts):
+            batch.extend(materialise(m) for m in logs[p][cursor[p]:cursor[p] + 3])
+            cursor[p] = min(len(logs[p]), cursor[p] + 3)
+        gate.add(batch)
+        rel = gate.release()
+        for ev in rel:
+            assert ev.commit_ts > t
+            apply(state, ev)
+        gate.forget(rel)
+    assert gate.held == 0
+    assert state == expected
+    gate.close()
