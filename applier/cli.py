@@ -1,4 +1,4 @@
-"""``applier``: run / status / migrate / validate / verify / quarantine / jars / demo.
+"""``applier``: run / status / migrate / validate / verify / quarantine / load / jars / demo.
 
 ``applier quarantine list|show|retry|discard`` works on the row changes the target refused and the changes held
 behind them (applier/redrive.py): exit 0 done, 1 nothing matched, 2 a bad option, 4 the retry failed again (the
@@ -146,6 +146,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(sr.format_report(report))
     print(f"{args.config}: {'shard merge problems' if report.problems else 'OK'}", file=sys.stderr)
     return 1 if report.problems else 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    """Seed the replica from a Dumpling export and make its snapshot TSO the pipeline's starting point
+    (applier/load.py). Exit 0 loaded, 2 a bad option/export or a pipeline that already has progress or a load
+    (without --replace), 4 a row (or CREATE TABLE) the target refused, 5 the target is unusable, 6 fenced."""
+    from pathlib import Path
+
+    from applier import load as ld
+    from applier.dumpling import ReadOptions
+    settings = _load(args.config)
+    opts = ld.LoadOptions(
+        Path(args.dumpling), replace=args.replace, threads=args.threads, snapshot_ts=args.snapshot_ts,
+        read=ReadOptions(escape_backslash=not args.no_escape_backslash, csv_separator=args.csv_separator,
+                         csv_delimiter=args.csv_delimiter, csv_null=args.csv_null_value, csv_header=args.csv_header))
+    try:
+        res = ld.load(settings, opts)
+    except ld.LoadError as exc:
+        logs.say(f"stopped: {exc}")
+        return exc.code
+    print(ld.format_result(res))
+    return 0
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
@@ -380,6 +402,24 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--all", action="store_true", help="every held change of the pipeline")
     qd.add_argument("--reason", help="why they are given up (required; recorded with them)")
     q.set_defaults(fn=cmd_quarantine)
+    ld = sub.add_parser("load", help="seed the replica from a Dumpling export and start the pipeline at its snapshot "
+                        "TSO (the next run drops every change committed at or before it)")
+    ld.add_argument("-c", "--config", required=True)
+    ld.add_argument("--dumpling", required=True, metavar="DIR", help="the folder Dumpling wrote (.sql or .csv data, "
+                    "plain or gzip)")
+    ld.add_argument("--replace", action="store_true", help="empty every routed target table before loading it, and "
+                    "replace the pipeline's progress and recorded load with this one")
+    ld.add_argument("--threads", type=int, default=4, help="target tables loaded at a time (default 4)")
+    ld.add_argument("--snapshot-ts", type=int, metavar="TSO", help="the TSO the export is consistent at, for an "
+                    "export whose metadata has none")
+    ld.add_argument("--no-escape-backslash", action="store_true", help="the export was written with Dumpling's "
+                    "--escape-backslash=false (quotes doubled, backslashes literal)")
+    ld.add_argument("--csv-separator", default=",", help="Dumpling's --csv-separator (default ,)")
+    ld.add_argument("--csv-delimiter", default='"', help="Dumpling's --csv-delimiter (default \")")
+    ld.add_argument("--csv-null-value", default="\\N", help="Dumpling's --csv-null-value (default \\N)")
+    ld.add_argument("--csv-header", choices=["auto", "yes", "no"], default="auto", help="whether CSV files start "
+                    "with a header line (default auto: a first line of quoted column names is one)")
+    ld.set_defaults(fn=cmd_load)
     d = sub.add_parser("demo", help="start local Kafka and a database, write a sample TiCDC stream, apply it")
     d.add_argument("--target", choices=["mariadb", "postgres"], default="mariadb")
     d.add_argument("--protocol", choices=["open", "canal-json"], default="canal-json")

@@ -135,6 +135,19 @@ writers = Table(
     Column("heartbeat_at", DateTime),  # the last data transaction the holder committed (or tried to)
 )
 
+loads = Table(
+    "applier_loads", metadata,  # applier load: what a Dumpling export put into the target, per upstream table
+    Column("pipeline", String(64), primary_key=True),
+    Column("source_schema", String(64), primary_key=True),
+    Column("source_table", String(64), primary_key=True),
+    Column("target_schema", String(64), nullable=False),
+    Column("target_table", String(64), nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("snapshot_ts", BigInteger, nullable=False),
+    Column("files", Integer, nullable=False),  # how many data files
+    Column("loaded_at", DateTime, nullable=False),
+)
+
 VERSION_TABLE = "applier_schema_version"
 
 
@@ -305,6 +318,30 @@ class ProgressStore:
             if conn.execute(update(tables).where(where).values(rows_applied=tables.c.rows_applied + tp.rows, **vals)).rowcount == 0:
                 conn.execute(insert(tables).values(pipeline=self.pipeline, source_schema=schema, source_table=table,
                                                    rows_applied=tp.rows, **vals))
+
+    def start_at(self, conn: Connection, *, applied_ts: int, tables_loaded: Mapping[tuple[str, str], TableProgress],
+                 replace: bool = False) -> None:
+        """``applier load``: make ``applied_ts`` (the export's snapshot TSO) the pipeline's applied resolved ts,
+        in the caller's transaction and after checking the writer epoch, so that the next run drops every change
+        with commit ts <= it. ``tables_loaded``: the upstream tables whose rows the load put in the target (they
+        count as applied, e.g. for shard merges). ``replace`` first forgets the pipeline's progress: its Kafka
+        positions (the next run reads from ``source.starting_offsets``) and its per-table rows, and marks the DDL
+        it ran after ``applied_ts`` as ``started``: the next run replays them as after a crash (a DDL already in
+        effect counts as done), so a table the load created again at the snapshot's shape gets them too."""
+        self.check_writer(conn)
+        if replace:
+            for t in (partitions, tables, pipelines):
+                conn.execute(t.delete().where(t.c.pipeline == self.pipeline))
+            conn.execute(update(ddl_history).where(ddl_history.c.pipeline == self.pipeline,
+                                                   ddl_history.c.commit_ts > applied_ts, ddl_history.c.state == "done")
+                         .values(state="started", finished_at=None))
+        ts = now()
+        conn.execute(insert(pipelines).values(pipeline=self.pipeline, protocol=self.protocol, applied_ts=applied_ts,
+                                              batches=0, rows_applied=0, updated_at=ts))
+        for (schema, table), tp in tables_loaded.items():
+            conn.execute(insert(tables).values(
+                pipeline=self.pipeline, source_schema=schema, source_table=table, target_schema=tp.target_schema,
+                target_table=tp.target_table, applied_ts=applied_ts, rows_applied=0, updated_at=ts))
 
     # ---- DDL history -----------------------------------------------------------------------------------
     def ddl_state(self, conn: Connection, key: str) -> str | None:

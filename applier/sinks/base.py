@@ -83,6 +83,13 @@ class Sink(abc.ABC):
                     cols: tuple[str, ...] | None = None) -> None:
         """Delete the rows whose ``cols`` (default: the key) equal one of ``keys``."""
 
+    def bulk_insert(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...],
+                    rows: list[tuple[Any, ...]]) -> None:
+        """Insert new rows (already adapted, as tuples in ``cols`` order) the fastest plain way the database
+        has: ``applier load`` fills tables that are empty, so no row is an update and a duplicate key is an
+        error, not something to merge."""
+        raise NotImplementedError
+
     def begin(self, conn: Connection) -> None:
         """Called at the start of every transaction the applier opens on ``conn``."""
 

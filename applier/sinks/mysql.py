@@ -70,6 +70,17 @@ class MySQLSink(Sink):
         return (f"INSERT INTO {prep.format_table(meta.table)} ({', '.join(q)}) VALUES ({', '.join(['%s'] * len(cols))}) "
                 f"ON DUPLICATE KEY UPDATE {', '.join(updates)}")
 
+    def bulk_insert(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...],
+                    rows: list[tuple[Any, ...]]) -> None:
+        """A plain ``INSERT ... VALUES`` through executemany, which PyMySQL sends as multi-row statements."""
+        ck = ("insert", id(meta.table), cols)
+        sql = self._sql.get(ck)
+        if sql is None:
+            prep = conn.dialect.identifier_preparer
+            sql = self._sql[ck] = (f"INSERT INTO {prep.format_table(meta.table)} ({', '.join(map(prep.quote, cols))}) "
+                                   f"VALUES ({', '.join(['%s'] * len(cols))})")
+        conn.exec_driver_sql(sql, rows)
+
     def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]],
                     cols: tuple[str, ...] | None = None) -> None:
         t = meta.table

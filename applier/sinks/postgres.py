@@ -92,13 +92,14 @@ class PostgresSink(Sink):
             created.add(name)
         return stage, name
 
-    def _copy(self, conn: Connection, name: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]],
-              oids: list[int] | None = None) -> None:
-        """COPY ``rows`` into the staging table: in binary with ``oids`` (see :func:`binary_copy_types`), else
-        in text."""
+    def _copy(self, conn: Connection, name: str | tuple[str, ...], cols: tuple[str, ...],
+              rows: list[tuple[Any, ...]], oids: list[int] | None = None) -> None:
+        """COPY ``rows`` into the staging table (or the table ``(schema, name)``): in binary with ``oids`` (see
+        :func:`binary_copy_types`), else in text."""
         # COPY goes to psycopg directly (no placeholder processing): quote with psycopg's own sql.Identifier
         stmt = psql.SQL("COPY {} ({}) FROM STDIN" + (" (FORMAT BINARY)" if oids else "")).format(
-            psql.Identifier(name), psql.SQL(", ").join(psql.Identifier(c) for c in cols))
+            psql.Identifier(*((name,) if isinstance(name, str) else name)),
+            psql.SQL(", ").join(psql.Identifier(c) for c in cols))
         raw = conn.connection.dbapi_connection
         with raw.cursor() as cur:
             with cur.copy(stmt) as cp:
@@ -122,6 +123,13 @@ class PostgresSink(Sink):
                 ins.on_conflict_do_update(index_elements=list(meta.key), set_=updates) if updates
                 else ins.on_conflict_do_nothing(index_elements=list(meta.key)))
         conn.execute(stmt)
+
+    def bulk_insert(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...],
+                    rows: list[tuple[Any, ...]]) -> None:
+        """COPY straight into the table (binary where :func:`binary_copy_types` allows it)."""
+        target = (meta.schema, meta.name) if meta.schema else (meta.name,)
+        with self.timer.span("write.copy"):
+            self._copy(conn, target, cols, rows, binary_copy_types(meta, cols, rows))
 
     def delete_rows(self, conn: Connection, meta: TableMeta, keys: list[tuple[Any, ...]],
                     cols: tuple[str, ...] | None = None) -> None:
