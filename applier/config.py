@@ -35,7 +35,7 @@ Example (every key; see ``conf/*.toml``)::
     [source]
     bootstrap_servers = "127.0.0.1:9092"  # required, "host:port[,host:port]"
     topics = ["tidb-shop"]                # exactly one of topics / topic_pattern
-    protocol = "canal-json"               # required: open | canal-json
+    protocol = "canal-json"               # required: open | canal-json | simple | debezium | avro
     starting_offsets = "earliest"         # earliest | latest, for a pipeline with no progress yet
     start_ts = 449958940139667457         # optional TiDB TSO (gated protocols): a new pipeline skips every change
                                           # committed at or before it (the replica holds the snapshot at that TSO)
