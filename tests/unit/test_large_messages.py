@@ -594,7 +594,6 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    pytest.importorskip("moto.server")
     from moto.server import ThreadedMotoServer
 
     port = _free_port()
