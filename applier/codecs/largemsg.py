@@ -37,7 +37,7 @@ import os
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -174,6 +174,15 @@ def parse_claim_check_file(data: bytes, raw_value: bool, where: str) -> tuple[by
     return key, value
 
 
+def _retrying(transient: Callable[[BaseException], bool]) -> Any:
+    """The retry loop of a claim-check or upstream read: RETRY_ATTEMPTS tries with exponential backoff while the
+    failure is ``transient``, then the last error is raised."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    return Retrying(stop=stop_after_attempt(RETRY_ATTEMPTS), wait=wait_exponential(multiplier=0.2, max=RETRY_WAIT_MAX),
+                    retry=retry_if_exception(transient), reraise=True)
+
+
 def _transient(exc: BaseException) -> bool:
     """Worth another try: anything but a definite answer about the file itself."""
     return not isinstance(exc, (Malformed, FileNotFoundError, PermissionError, IsADirectoryError,
@@ -241,12 +250,8 @@ class ClaimCheckStore:
         name = self.file_name(location)
         path = f"{self.base}/{name}"
         where = f"{location!r:.300}"
-        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
         try:
-            for attempt in Retrying(stop=stop_after_attempt(RETRY_ATTEMPTS),
-                                    wait=wait_exponential(multiplier=0.2, max=RETRY_WAIT_MAX),
-                                    retry=retry_if_exception(_transient), reraise=True):
+            for attempt in _retrying(_transient):
                 with attempt:
                     return self._read_once(path, where)
         except Malformed:
@@ -464,13 +469,10 @@ class Upstream:
         ``what`` says which image it is for the messages. Raises Malformed when it cannot be read or is not
         there."""
         from sqlalchemy.exc import DBAPIError
-        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
         name = f"`{schema}`.`{table}`"
         try:
-            for attempt in Retrying(stop=stop_after_attempt(RETRY_ATTEMPTS),
-                                    wait=wait_exponential(multiplier=0.2, max=RETRY_WAIT_MAX),
-                                    retry=retry_if_exception(_db_transient), reraise=True):
+            for attempt in _retrying(_db_transient):
                 with attempt:
                     row = self._fetch_once(schema, table, ts, key)
         except Malformed as e:
