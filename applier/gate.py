@@ -18,7 +18,10 @@ Why each rule exists (architecture invariants):
   for a new pipeline ``source.start_ts``: the snapshot the replica was seeded from already holds those changes),
   or when it is the same change as one still held (:func:`_row_identity`: compared exactly, never by a hash
   alone). Anything else above the applied ts is kept even when it arrives after newer ones — dropping those
-  lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once.
+  lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once. A change
+  of a table without key columns is never taken for a copy by its content, since such a table may hold
+  identical rows (:func:`_keyless_identity`): its re-sent copies are kept (at-least-once; README, "Keyless
+  tables").
 * Nothing lost on restart (7): :meth:`Gate.restart_offsets` is, per partition, the lowest offset of any event
   still held (in memory or spilled), so re-reading Kafka from there rebuilds the held set after a crash.
 * Bounded memory (8): held events beyond ``budget_bytes`` spill to local disk (:class:`applier.spill.RunStore`).
@@ -80,11 +83,9 @@ def _row_identity(ev: RowChange, key_names: tuple[str, ...]) -> tuple:
     untrusted input that could be made to collide on purpose. Within one commit ts TiKV keeps one change per
     row key, so (table, op, before key, after key) names one change exactly; it is much smaller than the row,
     and the held identities must not keep spilled rows in memory. The content hash rides along, so that a
-    decoder's wrong key flags alone never make two different changes count as the same. A change
-    without key columns (keyless table) is compared by its whole content."""
+    decoder's wrong key flags alone never make two different changes count as the same. A change without key
+    columns is not compared here: see :func:`_keyless_identity`."""
     content = _content(ev)
-    if not key_names:
-        return content
     b, a = ev.before, ev.after
     if len(key_names) == 1:
         k = key_names[0]
@@ -95,6 +96,16 @@ def _row_identity(ev: RowChange, key_names: tuple[str, ...]) -> tuple:
         ak = _NO_ROW if a is None else tuple([a.get(k, _NO_ROW) for k in key_names])
     # content[2] is the op's plain value: Enum.__hash__ is a Python-level call, too slow once per held row
     return (_content_hash(content), content[2], ev.schema, ev.table, bk, ak)
+
+
+def _keyless_identity(ev: RowChange, nth: int) -> tuple:
+    """The identity of a change without key columns (a table without a primary or unique key): where it was read
+    (topic, partition, offset, and ``nth``, its place among such changes of that one Kafka message), not what it
+    holds. Two identical rows inserted by one upstream transaction are two changes with equal content, and
+    comparing by content dropped one of them; so only the same record read twice counts as a copy, and a
+    TiCDC re-send (another offset) is kept: such tables are at-least-once (README, "Keyless tables")."""
+    pos = ev.position
+    return ("keyless", pos.topic, pos.partition, pos.offset, nth, _content_hash(_content(ev)))
 
 
 @dataclass(frozen=True)
@@ -180,6 +191,8 @@ class Gate:
         held_rows = self._held_rows
         key_names = self._key_names
         stats = self.stats
+        keyless_at: tuple[TopicPartition, int] | None = None  # the message the last keyless change came from
+        keyless_nth = 0  # its place among that message's keyless changes
         for ev in events:
             pos = ev.position
             if pos is None:
@@ -226,7 +239,14 @@ class Gate:
                     if len(key_names) >= 4096:
                         key_names.clear()
                     kn = key_names[id(cols)] = (cols, tuple(c.name for c in cols if c.key))
-                h = _row_identity(ev, kn[1])
+                if kn[1]:
+                    h = _row_identity(ev, kn[1])
+                else:  # a message's changes arrive together: count them within it
+                    if keyless_at == (tp, off):
+                        keyless_nth += 1
+                    else:
+                        keyless_at, keyless_nth = (tp, off), 0
+                    h = _keyless_identity(ev, keyless_nth)
                 seen = held_rows.get(ts)
                 if seen is None:
                     seen = held_rows[ts] = set()

@@ -32,7 +32,8 @@ HELD = "held"
 SKIPPED = "skipped"
 STATES = ("held", "retried", "discarded", "skipped")
 #: the row_key of a block: an undecodable message (its row key cannot be read) holds every later change of its
-#: table behind it, or, when not even its table can be read, every later change of its Kafka partition
+#: table behind it, or, when not even its table can be read, every later change of its Kafka partition. Also the
+#: row_key of every held change of a table without a key (:func:`keys_of`): it holds the whole table.
 WHOLE_TABLE = "*"
 UNDECODABLE = "undecodable"  # the kind of such a block's row
 #: the (schema, table) of a partition block: the message's table is unknown
@@ -134,7 +135,11 @@ def key_text(values: Sequence[Any]) -> str:
 
 
 def keys_of(ev: RowChange, key: Sequence[str]) -> list[str]:
-    """The row keys a change touches: the before image's and the after image's (two for a key-changing update)."""
+    """The row keys a change touches: the before image's and the after image's (two for a key-changing update).
+    A table without a key has no row key: its changes are all under :data:`WHOLE_TABLE`, so a held one holds
+    every later change of the table."""
+    if not key:
+        return [WHOLE_TABLE]
     out = []
     for img in (ev.before, ev.after):
         if img is not None and all(k in img for k in key):

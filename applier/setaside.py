@@ -9,6 +9,11 @@ overtakes the held change. Under skip they are recorded as skipped and later cha
 
 An undecodable message quarantined under ``on_decode_error`` blocks the same way, one level up: its whole table,
 or, when not even its table can be read, every change read from its Kafka partition after it.
+
+A table without a key has no row key to hold: its changes apply in order, each one depending on the rows the
+earlier ones left, so the refused change is the first one a prefix of the batch fails on, and under quarantine it
+and every later change of the table are held under the key ``*`` (the whole table is blocked); under skip only
+the refused change is recorded and the rest is written again.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ MAX_REFUSED_PER_CHUNK = 1000  # rows set aside in one table's chunk before the r
 def find_refused(plan: BatchPlan, attempt: Callable[[BatchPlan], str | None]) -> tuple[tuple, str] | None:
     """The key of a row (upsert or delete) of ``plan`` that the target refuses on its own, and the reason, found
     by halves: ``attempt`` writes a sub-plan without keeping it and returns the refusal or None. None when the
-    whole plan goes through, or no single row fails alone."""
+    whole plan goes through, or no single row fails alone, or the table has no key (a keyless plan)."""
     meta = plan.meta
+    if plan.keyless:  # no row key to name, and its changes depend on each other: see SetAside.write
+        return None
     units: list[tuple[str, Any]] = [("d", k) for k in plan.deletes] + [("u", r) for r in plan.upserts]
 
     def sub(part: list[tuple[str, Any]]) -> str | None:
@@ -77,9 +84,8 @@ class SetAside:
     def load(self, conn: Connection) -> None:
         if self._blocked is None:
             self._blocked = {}
-            for schema, table, k in self.quarantine.blocked(conn):
-                if k != WHOLE_TABLE:
-                    self._blocked.setdefault((schema, table), set()).add(k)
+            for schema, table, k in self.quarantine.blocked(conn):  # WHOLE_TABLE: a table without a key
+                self._blocked.setdefault((schema, table), set()).add(k)
             self._blocks = self.quarantine.blocks(conn)
 
     def forget(self) -> None:
@@ -157,7 +163,12 @@ class SetAside:
         n = 0
         for ch in changes:
             ks = keys_of(ch, meta.key)
-            hit = next((k for k in ks if k in blocked), None) if blocked else None
+            if not blocked:
+                hit = None
+            elif WHOLE_TABLE in blocked:  # held while the table had no key: everything waits behind it
+                hit = WHOLE_TABLE
+            else:
+                hit = next((k for k in ks if k in blocked), None)
             behind = None if hit is not None else self.behind_block(table, ch.position)
             if hit is None and behind is None:
                 keep.append(ch)
@@ -165,7 +176,9 @@ class SetAside:
             if blocked is None:
                 blocked = self._blocked[table] = set()
             blocked.update(ks)  # a key-changing update blocks its new key too
-            if behind is None:
+            if behind is None and hit == WHOLE_TABLE:
+                why = "held behind an earlier change of this table (it has no key) that is quarantined"
+            elif behind is None:
                 why = f"held behind an earlier change of key {hit} that is quarantined"
             elif self._blocks.get(table, {}).get((behind.topic, behind.partition)) == behind.offset:
                 why = f"held behind the undecodable message of this table at {behind}"
@@ -180,7 +193,10 @@ class SetAside:
               policy: str) -> tuple[list[RowChange], int]:
         """Write the changes; when the target refuses the batch, find the refused row, set every change of its
         key in the batch aside (quarantine: held, and the key blocked; skip: recorded as skipped), and write the
-        rest again. Returns (the changes written, the count set aside)."""
+        rest again. Returns (the changes written, the count set aside). A table without a key: see the module
+        docstring (:meth:`_write_keyless`)."""
+        if not meta.key:
+            return self._write_keyless(conn, meta, changes, policy)
         aside_total = 0
         for _ in range(MAX_REFUSED_PER_CHUNK):
             if not changes:
@@ -211,6 +227,11 @@ class SetAside:
     def _set_aside(self, conn: Connection, meta: TableMeta, aside: list[RowChange], refused_key: str, reason: str,
                    policy: str) -> None:
         state = "skipped" if policy == "skip" else "held"
+        if refused_key == WHOLE_TABLE:
+            refused = (f"the target refused the change at {aside[0].position} of {meta.display}, a table without a "
+                       f"key (every later change of it waits behind it): {reason}")
+        else:
+            refused = f"the target refused key {refused_key} of {meta.display}: {reason}"
         blocked = None
         if state == "held":
             assert self._blocked is not None, "load() runs at the start of every transaction"
@@ -221,11 +242,59 @@ class SetAside:
                 blocked.update(ks)
             for k in ks:
                 self.quarantine.hold(conn, ch, k, kind="refused" if i == 0 else "blocked", state=state,
-                                     reason=f"the target refused key {refused_key} of {meta.display}: {reason}")
+                                     reason=refused)
         log.error("%s %d change(s) of key %s of upstream table %s (from %s): the target refused it: %s",
                   "skipped" if state == "skipped" else "quarantined", len(aside), refused_key,
                   shown(aside[0].schema, aside[0].table), aside[0].position, reason,
                   extra={"position": aside[0].position})
+
+    # ---- keyless tables ----------------------------------------------------------------------------------
+
+    def _write_keyless(self, conn: Connection, meta: TableMeta, changes: list[RowChange],
+                       policy: str) -> tuple[list[RowChange], int]:
+        """:meth:`write` for a table without a key: the refused change is the first one the shortest failing
+        prefix ends with (found by halves, each try in a savepoint rolled back); what precedes it is written and
+        kept. Quarantine holds it and every later change of the table under :data:`WHOLE_TABLE`; skip records it
+        alone and writes the rest again."""
+        written: list[RowChange] = []
+        aside_total = 0
+        for _ in range(MAX_REFUSED_PER_CHUNK):
+            if not changes:
+                return written, aside_total
+            failed = self._try_keyless(conn, meta, changes, keep=True)
+            if failed is None:
+                return written + changes, aside_total
+            n, reason = self._first_refused(conn, meta, changes, failed)
+            if n and self._try_keyless(conn, meta, changes[:n], keep=True) is not None:
+                raise ApplyError(  # it went through a moment ago in this same transaction
+                    f"writing the {n} change(s) of {meta.display} before the refused one at {changes[n].position} "
+                    "failed on a second try: fix the target and rerun")
+            written += changes[:n]
+            aside = changes[n:n + 1] if policy == "skip" else changes[n:]
+            changes = changes[n + 1:] if policy == "skip" else []
+            self._set_aside(conn, meta, aside, WHOLE_TABLE, reason, policy)
+            aside_total += len(aside)
+        raise ApplyError(f"more than {MAX_REFUSED_PER_CHUNK} rows of {meta.display} refused in one batch: stopping "
+                         "rather than setting them all aside; fix the target and rerun")
+
+    def _first_refused(self, conn: Connection, meta: TableMeta, changes: list[RowChange],
+                       reason: str) -> tuple[int, str]:
+        """The index of the change the shortest failing prefix of ``changes`` ends with, and its refusal: a
+        prefix that fails stays failing when longer (the changes apply in order), so halving finds it."""
+        ok, bad = 0, len(changes)  # the prefix of length ok goes through, the one of length bad fails
+        while bad - ok > 1:
+            mid = (ok + bad) // 2
+            r = self._try_keyless(conn, meta, changes[:mid], keep=False)
+            if r is None:
+                ok = mid
+            else:
+                bad, reason = mid, r
+        return bad - 1, reason
+
+    def _try_keyless(self, conn: Connection, meta: TableMeta, changes: list[RowChange], *, keep: bool) -> str | None:
+        with self.timer.span("plan"):
+            plan = plan_batch(meta, changes, replace=self.replace_mode)
+        return self.in_savepoint(conn, lambda: self.sink.write(conn, plan), keep=keep)
 
     def in_savepoint(self, conn: Connection, write: Callable[[], object], keep: bool = True) -> str | None:
         """Run ``write`` in a savepoint: None when it worked (kept, or rolled back when not ``keep``), else the

@@ -296,8 +296,10 @@ def findings_for(m: MergedTarget) -> list[Finding]:
         out.append(Finding(WARNING, f"neither the target's key nor any shard's is known, so {m.name} could not be "
                            "checked: " + (m.key.why or "")))
     elif not shared:
-        out.append(Finding(WARNING, f"{m.name} has no primary key (and no unique key over NOT NULL columns): rows "
-                           f"of its {len(m.shards)} shards cannot be updated or deleted one by one"))
+        out.append(Finding(WARNING, f"{m.name} has no primary key (and no unique key over NOT NULL columns): its "
+                           f"{len(m.shards)} shards' rows are matched by their whole old row (README, \"Keyless "
+                           "tables\"), so an update or delete in one shard may change an identical row that came "
+                           "from another; replays of keyless tables are at-least-once"))
     else:
         out.append(Finding(WARNING, f"all {len(m.shards)} shards merged into {m.name} share primary key "
                            f"{_cols(shared)}, and no column of it tells the shards apart: a row with the same "

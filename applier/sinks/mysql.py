@@ -32,6 +32,7 @@ Converters are built once per table and column set from the column types read wi
 from __future__ import annotations
 
 import datetime as _dt
+import struct
 from typing import Any, Callable
 
 from sqlalchemy import delete, text, tuple_
@@ -145,6 +146,39 @@ class MySQLSink(Sink):
             quoted = conn.dialect.identifier_preparer.quote_identifier(schema)
             conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS {quoted}")
 
+    # ---- keyless tables ----------------------------------------------------------------------------------
+    # Sink.write_keyless applies a table without a key change by change; these are its two statements:
+    # ``DELETE FROM t WHERE c1 <=> %s AND ... LIMIT 1`` and ``UPDATE t SET c = %s, ... WHERE ... LIMIT 1``,
+    # written out like _upsert_sql (identifiers quoted by SQLAlchemy's preparer, every value a bound parameter).
+    # How a column is compared follows its COLUMN_TYPE (keyless_comparison, keyless_match_value):
+    # * character columns (CHAR, VARCHAR, *TEXT; MariaDB's JSON is a LONGTEXT) byte for byte as utf8mb4: their
+    #   collation may hold 'a' = 'A' = 'a ' (case- or accent-insensitive, PAD SPACE), and a table without a key
+    #   may hold rows that differ only so; CHAR values lose trailing spaces on the way in, so the old value does
+    #   too before it is compared;
+    # * MySQL's JSON (a normalised binary document): as JSON, CAST(%s AS JSON);
+    # * FLOAT: the value rounded to single precision first, which is what the column stored (a FLOAT column holding
+    #   0.1 is not equal to the double 0.1);
+    # * everything else: ``<=>`` with the value as adapted for writing.
+    # An UPDATE's rowcount counts found rows (SQLAlchemy's MySQL dialects set CLIENT.FOUND_ROWS), so an update
+    # that sets the values the row already holds still counts as one.
+
+    def keyless_delete(self, conn: Connection, meta: TableMeta, before: dict[str, Any]) -> int:
+        cols = tuple(before)
+        sql = self.keyless_statement("mysql-delete", meta, cols, lambda: keyless_sql(conn, meta, (), cols))
+        return int(conn.exec_driver_sql(sql, self._keyless_old(meta, cols, before)).rowcount)
+
+    def keyless_update(self, conn: Connection, meta: TableMeta, before: dict[str, Any], after: dict[str, Any]) -> int:
+        cols, sets = tuple(before), tuple(after)
+        sql = self.keyless_statement("mysql-update", meta, (sets, cols), lambda: keyless_sql(conn, meta, sets, cols))
+        params = tuple(after[c] for c in sets) + self._keyless_old(meta, cols, before)
+        return int(conn.exec_driver_sql(sql, params).rowcount)
+
+    def _keyless_old(self, meta: TableMeta, cols: tuple[str, ...], before: dict[str, Any]) -> tuple[Any, ...]:
+        """The old row's values as the WHERE clause binds them (see keyless_match_value)."""
+        fixes = self.keyless_statement("mysql-match-values", meta, cols,
+                                       lambda: tuple(keyless_match_value(meta.types.get(c)) for c in cols))
+        return tuple(v if f is None or v is None else f(v) for f, v in zip(fixes, (before[c] for c in cols)))
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Session settings and value converters (pure; unit-tested in tests/unit/test_value_adapt.py)
@@ -190,3 +224,61 @@ def _time(v: Any) -> Any:
     if type(v) is _dt.timedelta:
         return format_time(v)
     return v
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Keyless tables: statements and comparisons (pure; see MySQLSink's keyless section)
+
+_CHAR_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+_FLOAT32 = struct.Struct("<f")
+
+
+def _base_type(column_type: str | None) -> str:
+    """"varchar(16)" -> "varchar", "float unsigned" -> "float", "json" -> "json"."""
+    return (column_type or "").lower().split("(", 1)[0].split(" ", 1)[0]
+
+
+def keyless_comparison(quoted: str, column_type: str | None) -> str:
+    """The WHERE term that compares the column ``quoted`` (already quoted) with one bound value, NULL-safe."""
+    base = _base_type(column_type)
+    if base in _CHAR_TYPES:
+        return f"CAST(CONVERT({quoted} USING utf8mb4) AS BINARY) <=> CAST(CONVERT(%s USING utf8mb4) AS BINARY)"
+    if base == "json":
+        return f"{quoted} <=> CAST(%s AS JSON)"
+    return f"{quoted} <=> %s"
+
+
+def keyless_sql(conn: Connection, meta: TableMeta, sets: tuple[str, ...], cols: tuple[str, ...]) -> str:
+    """``UPDATE t SET sets... WHERE cols... LIMIT 1`` (``sets`` empty: ``DELETE FROM t WHERE ... LIMIT 1``)."""
+    prep = conn.dialect.identifier_preparer
+    where = " AND ".join(keyless_comparison(prep.quote(c), meta.types.get(c)) for c in cols)
+    table = prep.format_table(meta.table)
+    if sets:
+        assign = ", ".join(f"{prep.quote(c)} = %s" for c in sets)
+        return f"UPDATE {table} SET {assign} WHERE {where} LIMIT 1"
+    return f"DELETE FROM {table} WHERE {where} LIMIT 1"
+
+
+def keyless_match_value(column_type: str | None) -> Callable[[Any], Any] | None:
+    """What an old value goes through before it is compared with a column of this type, or None."""
+    base = _base_type(column_type)
+    if base == "float":
+        return _single_precision
+    if base == "char":
+        return _char_value
+    return None
+
+
+def _single_precision(v: Any) -> Any:
+    """A float as the FLOAT column stored it: the nearest single-precision value (as a double, exact)."""
+    if type(v) is float:
+        try:
+            return _FLOAT32.unpack(_FLOAT32.pack(v))[0]
+        except (OverflowError, struct.error):  # beyond FLOAT's range: the column could not hold it either
+            return v
+    return v
+
+
+def _char_value(v: Any) -> Any:
+    """A CHAR value as the column returns it: MySQL drops trailing spaces of CHAR values."""
+    return v.rstrip(" ") if type(v) is str else v

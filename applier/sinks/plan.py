@@ -8,6 +8,13 @@ An update that changes the primary key or any unique key is a delete of the old 
 one, deletes first (invariant 5): a key that saw a delete or such an update anywhere in the batch is deleted
 in the delete phase and, if it has a final row, re-inserted in the upsert phase. That keeps unique-key swaps
 and moves inside one batch from colliding.
+
+A table without a key (no primary key, no unique key over NOT NULL columns) has no row identity but its content,
+and may hold identical rows, so nothing can be collapsed: :func:`plan_keyless` keeps its changes as an ordered
+list of :class:`RowOp` (insert the new row; update or delete exactly one row equal to the old row, every writable
+column compared), which the writer applies one by one in commit order. Such a batch is not idempotent: applied
+twice, its inserts duplicate rows. A restart never applies it twice (it commits with the progress), but a TiCDC
+re-send can (README, "Keyless tables").
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from applier.events import Op, RowChange
+from applier.events import Op, RowChange, SourcePosition
 from applier.sinks.table import ApplyError, TableMeta
 
 
@@ -30,6 +37,22 @@ class BatchPlan:
     changes: int = 0  # row changes that went into it (before collapsing)
     # replace mode: per non-key unique key, the values the upserts will hold; rows holding them go first
     unique_clears: dict[tuple[str, ...], list[tuple[Any, ...]]] = field(default_factory=dict)
+    # a table without a key: its changes in commit order, applied one by one (then deletes/upserts are empty)
+    keyless: list[RowOp] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RowOp:
+    """One change of a table without a key, as the writer applies it (see :func:`plan_keyless`).
+
+    ``before`` (update, delete) holds every writable target column, in table order: the row to change is found
+    by all of them, NULL-safe, never by fewer. ``after`` (insert, update) holds the new row's writable columns.
+    Both are copies of the event's images, because writers adapt them in place."""
+
+    op: Op
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    position: SourcePosition
 
 
 def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool = False) -> BatchPlan:
@@ -44,12 +67,7 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool =
     is decided once per column-name tuple (:func:`_writable_row` only runs for rows that need filtering or
     hold unknown columns). Upsert rows are copies of the events' dicts, because writers adapt them in place."""
     if not meta.key:
-        first = changes[0]
-        raise ApplyError(
-            f"target table {meta.display} has no primary key and no unique key over NOT NULL columns, so "
-            f"changes cannot be applied idempotently (first change at {first.position}). Add a primary key to "
-            "the target table, or route the upstream table with ignore = true"
-        )
+        return plan_keyless(meta, changes)
     key_cols = meta.key
     key_of = _key_getter(key_cols)
     single_key = len(key_cols) == 1
@@ -151,6 +169,64 @@ def _writable_row(meta: TableMeta, ch: RowChange) -> dict[str, Any]:
     # Only columns generated on the *target* are skipped: a column generated upstream can be a plain
     # column downstream (PostgreSQL cannot take MySQL's expressions), and then its value must be written.
     return {c: v for c, v in after.items() if c in meta.writable}
+
+
+# ---- keyless tables ------------------------------------------------------------------------------------------
+
+def plan_keyless(meta: TableMeta, changes: Sequence[RowChange]) -> BatchPlan:
+    """The changes of a table without a key as :class:`RowOp` values in commit order, nothing collapsed: two
+    identical rows are two rows, and which of them an update changes does not matter, but how many there are
+    does. Refused (ApplyError naming the table, the position and the fix): an insert or update without a new
+    row, an update or delete without the old row or lacking one of the target's writable columns (some
+    protocols send only key columns; matching fewer columns could change a row upstream did not), and images
+    holding columns the target lacks."""
+    match_cols = keyless_match_columns(meta)
+    known = frozenset(meta.columns)
+    ops: list[RowOp] = []
+    insert_op, delete_op = Op.INSERT, Op.DELETE
+    for ch in changes:
+        op = ch.op
+        before = None if op is insert_op else _old_row(meta, ch, match_cols, known)
+        if op is delete_op:
+            after = None
+        elif ch.after:
+            after = _writable_row(meta, ch)
+        else:
+            raise ApplyError(f"{op.value} on {meta.display} at {ch.position} carries no row image")
+        ops.append(RowOp(op, before, after, ch.position))
+    return BatchPlan(meta, changes=len(changes), keyless=ops)
+
+
+def keyless_match_columns(meta: TableMeta) -> tuple[str, ...]:
+    """The columns an update or delete of a table without a key is matched by: every writable column, in table
+    order. Columns generated on the target are left out: they follow from the others."""
+    return tuple(c for c in meta.columns if c in meta.writable)
+
+
+def _old_row(meta: TableMeta, ch: RowChange, match_cols: tuple[str, ...], known: frozenset[str]) -> dict[str, Any]:
+    """The old row an update or delete must find, as a new dict of ``match_cols``; refused when incomplete."""
+    image = ch.before
+    what = (f"{ch.op.value} on target table {meta.display} (no primary key, no unique key over NOT NULL columns) "
+            f"at {ch.position}")
+    if not image:
+        raise ApplyError(
+            f"{what} carries no old row, and a table without a key is matched by its whole old row: make the "
+            "changefeed send old values (TiCDC's old value output; Avro sends updates without them and cannot be "
+            "used for such tables), or give the table a primary key (upstream and target), then restart")
+    missing = [c for c in match_cols if c not in image]
+    if missing:
+        raise ApplyError(
+            f"{what} lacks column(s) {', '.join(repr(c) for c in missing)} of the old row, which the target table "
+            "has. A table without a key is matched by its whole old row, never by fewer columns (that could change "
+            "a row upstream did not): make the changefeed send whole old rows (turn off TiCDC's "
+            "delete-only-output-handle-key-columns; Avro deletes are key-only tombstones), drop the column(s) from "
+            "the target if upstream has no such column, or give the table a primary key, then restart")
+    unknown = [c for c in image if c not in known]
+    if unknown:
+        raise ApplyError(
+            f"{what} has column(s) {', '.join(repr(c) for c in unknown)} that target table {meta.display} lacks: "
+            "apply the upstream DDL to the target (or let the applier replicate DDL), then restart")
+    return {c: image[c] for c in match_cols}
 
 
 def group_columns(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:

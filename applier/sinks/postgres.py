@@ -45,9 +45,9 @@ import re
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
-from sqlalchemy import Column, MetaData, Table, and_, delete, select, text
+from sqlalchemy import Column, MetaData, Table, and_, bindparam, cast, delete, select, text, update
 
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql import JSONB, REAL, insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import NullType
 
@@ -57,7 +57,7 @@ from applier.mysql_values import format_time, is_zero_date
 from applier.ddl.pg_types import TYPE_COMMENT_PREFIX, parse_type_comment
 from applier.sinks.adapt import ValueRefused, acts_on
 from applier.sinks.base import Sink
-from applier.sinks.table import TableMeta, reflect_table
+from applier.sinks.table import ApplyError, TableMeta, reflect_table, shown
 
 
 class PostgresSink(Sink):
@@ -161,6 +161,28 @@ class PostgresSink(Sink):
         meta = reflect_table(conn, schema, name)
         meta.types, meta.type_oids = catalog(conn, schema, name)
         return meta
+
+    # ---- keyless tables ----------------------------------------------------------------------------------
+    # Sink.write_keyless applies a table without a key change by change; these are its two statements, one row
+    # found by its physical address: ``DELETE FROM t WHERE ctid = (SELECT ctid FROM t AS applier_row WHERE
+    # c1 IS NOT DISTINCT FROM %(b0)s AND ... LIMIT 1)``, and the same for ``UPDATE t SET c = %(a0)s, ...``.
+    # SQLAlchemy Core builds them (every identifier quoted, every value bound), once per table and column set.
+    # Values are bound as they are adapted for writing; the server casts an untyped (text) value to the column's
+    # type. Two types need more (keyless_equal): ``real`` is compared with the value cast to real (a float4
+    # column holding 0.1 is not equal to the float8 0.1), ``json`` has no equality and is compared as jsonb
+    # (the translator makes MySQL's JSON jsonb, which has one). Types without any equality (xml, geometric
+    # types) are refused with the table and column named.
+
+    def keyless_delete(self, conn: Connection, meta: TableMeta, before: dict[str, Any]) -> int:
+        cols = tuple(before)
+        stmt = self.keyless_statement("pg-delete", meta, cols, lambda: keyless_delete_stmt(meta, cols))
+        return int(conn.execute(stmt, keyless_binds(before, None)).rowcount)
+
+    def keyless_update(self, conn: Connection, meta: TableMeta, before: dict[str, Any], after: dict[str, Any]) -> int:
+        cols, sets = tuple(before), tuple(after)
+        stmt = self.keyless_statement("pg-update", meta, (sets, cols), lambda: keyless_update_stmt(meta, sets, cols))
+        return int(conn.execute(stmt, keyless_binds(before, after)).rowcount)
+
 
 
 _CATALOG_TYPES = text(
@@ -389,3 +411,60 @@ def _interval(v: Any) -> Any:
 acts_on(_zero_date, str)
 acts_on(_timestamptz, _dt.datetime, str)
 acts_on(_interval, _dt.timedelta)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Keyless tables: statements (see PostgresSink's keyless section)
+
+#: types PostgreSQL has no equality operator for, so a row holding one cannot be found by its values
+NO_EQUALITY = frozenset({"xml", "point", "line", "lseg", "box", "path", "polygon", "circle"})
+
+
+def _keyless_table(meta: TableMeta) -> Table:
+    """The target table as SQLAlchemy sees it, with the system column ``ctid`` (a row's physical address)."""
+    return Table(meta.name, MetaData(), Column("ctid", NullType), *(Column(c, NullType) for c in meta.columns),
+                 schema=meta.schema or None)
+
+
+def keyless_equal(meta: TableMeta, column: Any, value: Any, name: str) -> Any:
+    """``column IS NOT DISTINCT FROM value``, for the column's type (see PostgresSink's keyless section)."""
+    typ = meta.types.get(name, "")
+    if typ == "real":
+        return column.is_not_distinct_from(cast(value, REAL))
+    if typ == "json":
+        return cast(column, JSONB).is_not_distinct_from(cast(value, JSONB))
+    if typ.rstrip("[]") in NO_EQUALITY or typ == "json[]":  # (arrays compare by their elements)
+        raise ApplyError(
+            f"column {shown(name)!r} of target table {meta.display} has type {typ}, which PostgreSQL cannot compare "
+            "for equality, and the table has no primary key (no unique key over NOT NULL columns), so its rows "
+            "can only be found by comparing every column: give the table a primary key, or change the column's "
+            "type, then restart")
+    return column.is_not_distinct_from(value)
+
+
+def _keyless_row(meta: TableMeta, t: Table, cols: tuple[str, ...]) -> Any:
+    """``(SELECT ctid FROM t AS applier_row WHERE <every column of the old row> LIMIT 1)``: an alias, so the
+    subquery reads its own copy of the table instead of being correlated with the statement's."""
+    inner = t.alias("applier_row")
+    conds = [keyless_equal(meta, inner.c[c], bindparam(f"b{i}"), c) for i, c in enumerate(cols)]
+    return select(inner.c.ctid).where(and_(*conds)).limit(1).scalar_subquery()
+
+
+def keyless_delete_stmt(meta: TableMeta, cols: tuple[str, ...]) -> Any:
+    t = _keyless_table(meta)
+    return delete(t).where(t.c.ctid == _keyless_row(meta, t, cols))
+
+
+def keyless_update_stmt(meta: TableMeta, sets: tuple[str, ...], cols: tuple[str, ...]) -> Any:
+    t = _keyless_table(meta)
+    return (update(t).where(t.c.ctid == _keyless_row(meta, t, cols))
+            .values({t.c[c]: bindparam(f"a{i}") for i, c in enumerate(sets)}))
+
+
+def keyless_binds(before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, Any]:
+    """The parameters of a keyless statement: ``b<i>`` the old row's values, ``a<i>`` the new row's, by position
+    (column names are data and never become parameter names)."""
+    out = {f"b{i}": v for i, v in enumerate(before.values())}
+    if after is not None:
+        out.update((f"a{i}", v) for i, v in enumerate(after.values()))
+    return out

@@ -30,7 +30,7 @@ from applier.devtools.encoders import open as OE
 from applier.events import Column, DecodeError, KafkaMessage, Op, RowChange, SourcePosition
 from applier.sinks import adapt as A
 from applier.sinks import postgres as PG
-from applier.sinks.plan import BatchPlan, _key, _writable_row, plan_batch
+from applier.sinks.plan import BatchPlan, _key, _writable_row, plan_batch, plan_keyless
 from applier.sinks.table import ApplyError, TableMeta
 from tests.unit import test_codec_canal_json as TC
 from tests.unit import test_codec_open as TO
@@ -432,13 +432,8 @@ def test_go_escape_pattern_matches_what_it_did(s):
 
 
 def _ref_plan_batch(meta: TableMeta, changes, *, replace: bool = False) -> BatchPlan:
-    if not meta.key:
-        first = changes[0]
-        raise ApplyError(
-            f"target table {meta.display} has no primary key and no unique key over NOT NULL columns, so "
-            f"changes cannot be applied idempotently (first change at {first.position}). Add a primary key to "
-            "the target table, or route the upstream table with ignore = true"
-        )
+    if not meta.key:  # tables without a key have a planner of their own (tests/unit/test_keyless.py)
+        return plan_keyless(meta, changes)
     key_cols = meta.key
     final: dict = {}
     must_delete: dict = {}
@@ -519,7 +514,7 @@ def _plan_outcome(f, meta, chs, replace):
     except ApplyError as e:
         return "error", str(e)
     return ("plan", p.deletes, [norm_image(r) for r in p.upserts], p.changes,
-            {k: v for k, v in p.unique_clears.items()})
+            {k: v for k, v in p.unique_clears.items()}, p.keyless)
 
 
 @settings(max_examples=500, deadline=None)

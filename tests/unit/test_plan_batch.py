@@ -57,9 +57,13 @@ def test_insert_then_delete_leaves_only_the_delete() -> None:
     assert p.deletes == [(1,)] and p.upserts == []
 
 
-def test_table_without_a_usable_key_is_refused_with_advice() -> None:
-    with pytest.raises(ApplyError, match="no primary key"):
-        plan_batch(meta(key=(), uniques=()), [ch(Op.INSERT, after=r(1, "a"))])
+def test_table_without_a_usable_key_is_planned_change_by_change_not_collapsed() -> None:
+    """No key, nothing to collapse by: every change stays, in order (more in tests/unit/test_keyless.py)."""
+    p = plan_batch(meta(key=(), uniques=()), [ch(Op.INSERT, after=r(1, "a")), ch(Op.INSERT, after=r(1, "a"), off=1),
+                                              ch(Op.DELETE, before=r(1, "a"), off=2)])
+    assert p.deletes == [] and p.upserts == [] and p.changes == 3
+    assert [(o.op, o.before, o.after, o.position.offset) for o in p.keyless] == [
+        (Op.INSERT, None, r(1, "a"), 0), (Op.INSERT, None, r(1, "a"), 1), (Op.DELETE, r(1, "a"), None, 2)]
 
 
 def test_column_missing_in_target_names_the_fix() -> None:
