@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection, Engine
 from applier.ddl import TranslatedDDL, UnsupportedDDL
 from applier.dialect import Dialect
 from applier.events import DDL, RowChange
+from applier import modes
 from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.quarantine import RowQuarantine, UndecodableMessage, key_text, keys_of
@@ -73,6 +74,7 @@ class Applier:
                  on_apply_error: str = "stop", chunk_events: int = CHUNK_EVENTS,
                  replace_mode: bool = False, ddl_scope: Callable[[str, str], bool] | None = None,
                  apply_error_policy: Callable[[str, str], str | None] | None = None,
+                 write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING) -> None:
         self.engine = engine
         self.dialect = dialect
@@ -94,6 +96,10 @@ class Applier:
         self.chunk_events = chunk_events
         self.replace_mode = replace_mode  # ungated streams: clear unique-key holders before upserts
         self.total = ApplyStats()
+        # how an upstream table is written: replica | history | soft_delete (a [[route]] rule's mode, applier.modes)
+        self.write_mode = write_mode or (lambda schema, table: modes.REPLICA)
+        self._modes: dict[tuple[str, str], str] = {}  # upstream table -> its mode
+        self._mode_tables: dict[int, tuple[TableMeta, tuple[str, ...]]] = {}  # id(meta) -> (meta, upstream key)
 
     # ---- entry point -----------------------------------------------------------------------------------
     def apply(self, rel: Release, *, undecodable: Iterable[UndecodableMessage] = (), batches: int = 1) -> ApplyStats:
@@ -189,6 +195,13 @@ class Applier:
     def _write(self, conn: Connection, meta: TableMeta, changes: list[RowChange]) -> None:
         if not changes:
             return
+        tk = (changes[0].schema, changes[0].table)
+        mode = self._modes.get(tk)
+        if mode is None:
+            mode = self._modes[tk] = self.write_mode(*tk)  # configuration: fixed for the run
+        if mode != modes.REPLICA:
+            self._write_moded(conn, meta, changes, mode)
+            return
         with self.timer.span("plan"):
             plan = plan_batch(meta, changes, replace=self.replace_mode)
         try:
@@ -204,6 +217,63 @@ class Applier:
                 f"writing {len(changes)} change(s) of upstream table {shown(changes[0].schema, changes[0].table)} "
                 f"into {meta.display} failed (events from {first} to {last}): {db_reason(exc)}", plan, changes
             ) from exc
+
+    # ---- history and soft-delete modes -----------------------------------------------------------------
+    def _write_moded(self, conn: Connection, meta: TableMeta, changes: list[RowChange], mode: str) -> None:
+        """Write a table's changes in route mode history or soft_delete (applier.modes plans them, the writer's
+        section of that name writes them). A refused write stops with the database's reason; the refused row is
+        not searched for (that search replays replica writes)."""
+        key = self._mode_ready(conn, meta, changes, mode)
+        try:
+            with self.timer.span("plan"):
+                if mode == modes.HISTORY:
+                    hplan = modes.plan_history(meta, key, changes)
+                else:
+                    splan = modes.plan_soft_delete(meta, changes)
+            with self.timer.span("write"):
+                if mode == modes.HISTORY:
+                    self.sink.write_history(conn, meta, hplan)  # type: ignore[attr-defined]
+                    self.timer.count("rows_upserted", len(hplan.versions))
+                else:
+                    self.sink.write_soft_delete(conn, meta, splan)  # type: ignore[attr-defined]
+                    self.timer.count("rows_upserted", len(splan.upserts))
+                    self.timer.count("rows_deleted", len(splan.hard_deletes) + len(splan.soft_deletes))
+        except ApplyError:
+            raise
+        except Exception as exc:
+            first, last = changes[0].position, changes[-1].position
+            raise ApplyError(
+                f"writing {len(changes)} change(s) of upstream table {shown(changes[0].schema, changes[0].table)} "
+                f"into {meta.display} (route mode {mode}) failed (events from {first} to {last}): {db_reason(exc)}"
+            ) from exc
+
+    def _mode_ready(self, conn: Connection, meta: TableMeta, changes: list[RowChange], mode: str) -> tuple[str, ...]:
+        """The upstream key of a table written in ``mode``, once its shape was checked (once per table shape: a DDL
+        re-reads the table). A table that lacks the mode's columns, has another key than the upstream key (+
+        ``_commit_ts`` in history mode), keeps another unique key, or has no key at all stops the run, naming the
+        statements that would make it ready (the ones run after a replicated CREATE TABLE)."""
+        hit = self._mode_tables.get(id(meta))
+        if hit is not None and hit[0] is meta:
+            return hit[1]
+        first = changes[0]
+        where = f"(upstream table {shown(first.schema, first.table)}, first change at {first.position})"
+        stream_key = first.key_columns if mode == modes.HISTORY else ()
+        try:
+            shape = self.sink.mode_shape(conn, meta.schema, meta.name)  # type: ignore[attr-defined]
+            need = modes.conform(mode, shape, stream_key)
+            fix = self.dialect.mode_statements(conn.dialect.identifier_preparer, shape, need) if need else []
+        except modes.ModeError as exc:
+            raise ApplyError(f"{exc} {where}") from None
+        if need:
+            raise ApplyError(
+                f"target table {meta.display} is routed with mode = \"{mode}\" but lacks what the mode needs: "
+                f"{need.describe()} {where}. Run on the target: {'; '.join(fix)} (a table that already holds rows "
+                "needs values for the new NOT NULL columns first), or route the table with mode = \"replica\"; then "
+                "restart")
+        if len(self._mode_tables) >= 4096:
+            self._mode_tables.clear()
+        self._mode_tables[id(meta)] = (meta, need.upstream_key)
+        return need.upstream_key
 
     def _refused_row(self, plan: BatchPlan, changes: list[RowChange]) -> str:
         """Which row the target refused, for the error: the failed statement carried a whole chunk, and an
@@ -247,6 +317,7 @@ class Applier:
         try:
             tr = self.dialect.translate_ddl(ev.query, schema=ev.schema, table=ev.table, route=self.route)
             self._confine(ev, tr)
+            self._refuse_for_mode(ev, tr)
         except UnsupportedDDL as exc:
             if self.on_unsupported_ddl != "skip":
                 raise ApplyError(
@@ -358,9 +429,81 @@ class Applier:
                     self.store.schema_created(conn, schema)
         for stmt in tr.statements:
             self._exec(conn, ev, lambda: conn.exec_driver_sql(stmt, execution_options=VERBATIM), replay, stmt)
+        if tr.kind in ("create_table", "alter_table", "create_index") and tr.statements:
+            self._conform_for_mode(conn, ev, tr, replay)
         if tr.kind == "drop_schema":
             for schema, _ in tr.targets:
                 self.store.schema_dropped(conn, schema)
+
+    # ---- DDL on tables of history and soft-delete routes (applier.modes) --------------------------------
+    def _refuse_for_mode(self, ev: DDL, tr: TranslatedDDL) -> None:
+        """DDL that would destroy what a history or soft_delete route keeps is unsupported there (so
+        ``on_unsupported_ddl`` decides: stop, or skip with a record): DROP TABLE, TRUNCATE, DROP DATABASE of a schema
+        with such tables, partition clauses (DROP/TRUNCATE PARTITION; and a partitioning the mode's key would have
+        to follow), a primary key change of a history table (its key is the upstream key + ``_commit_ts``), and a
+        RENAME between tables routed with different modes (the table's columns fit one mode)."""
+        def refuse(reason: str) -> None:
+            raise UnsupportedDDL(reason, query=ev.query, dialect=self.dialect.name, kind=tr.kind)
+
+        if tr.kind == "drop_schema":
+            for schema in dict.fromkeys(s for s, _ in tr.sources or [(ev.schema, "")]):
+                mode = self.write_mode(schema, "")
+                if mode != modes.REPLICA:
+                    refuse(f"it would drop schema {schema!r}, whose tables are routed with mode = \"{mode}\": what the "
+                           "mode keeps (versions, deleted rows) would be lost with them; drop it by hand if intended")
+            return
+        tables = [(s, t) for s, t in tr.sources if t] or ([(ev.schema, ev.table)] if ev.table else [])
+        found = {t: self.write_mode(*t) for t in dict.fromkeys(tables)}
+        moded = {t: m for t, m in found.items() if m != modes.REPLICA}
+        if not moded:
+            return
+        (schema, table), mode = next(iter(moded.items()))
+        name = shown(schema, table)
+        kept = "every version" if mode == modes.HISTORY else "the deleted rows"
+        if tr.kind in ("drop_table", "truncate_table"):
+            what = "drop" if tr.kind == "drop_table" else "empty"
+            refuse(f"it would {what} table {name}, routed with mode = \"{mode}\", and with it {kept} the mode keeps; "
+                   f"{what} the target table by hand if that is intended")
+        if tr.kind == "rename_table" and len(set(found.values())) > 1:
+            refuse("it renames between tables routed with different modes ("
+                   + ", ".join(f"{shown(*t)}: {m}" for t, m in found.items())
+                   + "), and a target table's columns fit one mode; route both names with the same mode")
+        if "partition" in tr.alters:
+            refuse(f"it changes the partitioning of table {name}, routed with mode = \"{mode}\" (dropping or "
+                   f"emptying a partition would lose {kept}; partitioning must follow the mode's key)")
+        if mode == modes.HISTORY and tr.alters & {"add_primary_key", "drop_primary_key"}:
+            refuse(f"it changes the primary key of table {name}, routed with mode = \"history\", whose versions are "
+                   "identified by the upstream key plus _commit_ts: change the target's key by hand (and decide what "
+                   "the versions already kept become)")
+
+    def _conform_for_mode(self, conn: Connection, ev: DDL, tr: TranslatedDDL, replay: bool) -> None:
+        """After a replicated CREATE TABLE of a history or soft_delete route: give the new table the mode's columns
+        and key, and turn its other unique keys into plain indexes (applier.modes.conform; the statements come from
+        the dialect). After an ALTER TABLE or CREATE INDEX of a table already in its mode: turn a unique key it
+        added into a plain index. Recomputed from the catalog, so a replay after a crash does only what is left."""
+        prep = conn.dialect.identifier_preparer
+        targets = set(tr.targets)
+        for schema, table in dict.fromkeys(tr.sources or [(ev.schema, ev.table)]):
+            mode = self.write_mode(schema, table) if table else modes.REPLICA
+            dest = self.route(schema, table) if mode != modes.REPLICA else None
+            if dest is None or dest not in targets:
+                continue
+            try:
+                shape = self.sink.mode_shape(conn, *dest)  # type: ignore[attr-defined]
+                if tr.kind != "create_table" and not all(c.name in shape.columns for c in modes.mode_columns(mode)):
+                    continue  # not (yet) a table of its mode: writes stop and say what to run
+                need = modes.conform(mode, shape)
+                if tr.kind != "create_table":
+                    need = modes.Conform(mode, need.upstream_key, demote=need.demote)
+                statements = self.dialect.mode_statements(prep, shape, need) if need else []
+            except (modes.ModeError, ApplyError) as exc:
+                raise ApplyError(f"DDL at {ev.position} (commit ts {ev.commit_ts}) on {shown(*dest)}, routed with "
+                                 f"mode = \"{mode}\": {exc}; then restart") from None
+            for stmt in statements:
+                self._exec(conn, ev, lambda: conn.exec_driver_sql(stmt), replay, stmt)
+            if statements:
+                log.info("DDL at %s: made %s a table of route mode %s: %s", ev.position, shown(*dest), mode,
+                         "; ".join(statements), extra={"position": ev.position})
 
     def _exec(self, conn: Connection, ev: DDL, fn: Callable[[], object], replay: bool, what: str) -> None:
         try:

@@ -65,6 +65,7 @@ Example (every key; see ``conf/*.toml``)::
     schema = "shop_copy"
     table = "{table}"
     ignore = false
+    mode = "replica"                      # replica | history (every version) | soft_delete (applier.modes)
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_a
                 "retry_seconds")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
 _METRICS_KEYS = ("port", "host")
-_ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decode_error")
+_ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decode_error", "mode")
 
 
 _URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -516,6 +517,7 @@ class RouteSettings(_RedactedRepr):
     ignore: bool = False
     on_apply_error: str | None = None
     on_decode_error: str | None = None
+    mode: str | None = None  # replica | history | soft_delete (applier.modes); None: replica
 
     def redacted(self) -> dict[str, Any]:
         out: dict[str, Any] = {"match": self.match}
@@ -529,6 +531,8 @@ class RouteSettings(_RedactedRepr):
             out["on_apply_error"] = self.on_apply_error
         if self.on_decode_error is not None:
             out["on_decode_error"] = self.on_decode_error
+        if self.mode is not None:
+            out["mode"] = self.mode
         return out
 
 
@@ -571,7 +575,8 @@ class Settings(_RedactedRepr):
             "spark": self.spark.redacted(),
             "metrics": self.metrics.redacted(),
             "route": [
-                RouteSettings(r.match, r.schema, r.table, r.ignore, r.on_apply_error, r.on_decode_error).redacted()
+                RouteSettings(r.match, r.schema, r.table, r.ignore, r.on_apply_error, r.on_decode_error,
+                              mode=r.mode).redacted()
                 for r in self.routes
             ],
         }
@@ -753,6 +758,7 @@ class _Parser:
         spark = self.parse_spark(data.get("spark", {}))
         metrics = self.parse_metrics(data.get("metrics", {}))
         routes = self.parse_routes(data.get("route", []))
+        self.check_route_modes(routes, pipeline, source, target)
         if pipeline.decode_on == "executors":
             from applier.codecs import decodes_alone
 
@@ -1087,6 +1093,7 @@ class _Parser:
             on_apply = self.get(entry, key, "on_apply_error", str, hint='on_apply_error = "quarantine"', default=None)
             on_decode = self.get(entry, key, "on_decode_error", str, hint='on_decode_error = "quarantine"',
                                  default=None)
+            mode = self.get(entry, key, "mode", str, hint='mode = "history"', default=None)
             if ignore is False and match.strip(" \t").startswith("!"):
                 raise self.error(
                     f"{key}.ignore",
@@ -1094,10 +1101,45 @@ class _Parser:
                 )
             try:
                 rules.append(Rule(match, schema=schema, table=table, ignore=bool(ignore), name=key,
-                                  on_apply_error=on_apply, on_decode_error=on_decode))
+                                  on_apply_error=on_apply, on_decode_error=on_decode, mode=mode))
             except RuleError as exc:
                 raise self.error(f"{key}.{exc.field}", f"{exc.message} (in match = {match!r})") from None
         return tuple(rules)
+
+    def check_route_modes(self, routes: Sequence[Rule], pipeline: PipelineSettings, source: SourceSettings,
+                          target: TargetSettings) -> None:
+        """A ``[[route]]`` rule's ``mode`` other than "replica" (applier.modes) needs: a gated stream (a version is
+        identified by its commit ts, which ungated streams lack or cannot order by), and nothing that sets row
+        changes aside: the quarantine (``on_apply_error`` "quarantine"/"skip", ``on_decode_error`` "quarantine",
+        and ``applier quarantine retry``) holds and re-applies changes by the target's key and as a replica would,
+        which would lose or overwrite versions. Said here, before anything runs."""
+        moded = [r for r in routes if r.mode not in (None, "replica")]
+        if not moded:
+            return
+        from applier.codecs import get_decoder
+
+        for rule in moded:
+            key = f"{rule.name}.mode"
+            if not get_decoder(source.protocol, **source.codec).gated:
+                raise self.error(
+                    key, f'"{rule.mode}" needs a gated changefeed (the mode\'s columns come from each change\'s '
+                    f'commit ts, and changes must apply in commit-ts order), and source.protocol = "{source.protocol}" with these '
+                    "[source.codec] options has no resolved ts. Use open, simple, canal-json with "
+                    "enable-tidb-extension=true, debezium with gated = true or avro with enable_watermark = true, "
+                    'or mode = "replica"')
+            apply_policy = rule.on_apply_error or target.on_apply_error
+            if apply_policy != "stop":
+                where = f"{rule.name}.on_apply_error" if rule.on_apply_error else "target.on_apply_error"
+                raise self.error(
+                    key, f'"{rule.mode}" cannot be combined with on_apply_error = "{apply_policy}" ({where}): row '
+                    "changes set aside are held and retried by the target's key as a replica would write them, "
+                    f'which would lose versions. Set on_apply_error = "stop" in this [[route]] rule')
+            decode_policy = rule.on_decode_error or pipeline.on_decode_error
+            if "quarantine" in (decode_policy, pipeline.on_decode_error):
+                raise self.error(
+                    key, f'"{rule.mode}" cannot be combined with on_decode_error = "quarantine" (in this rule or in '
+                    "[pipeline]): the changes held behind a quarantined message are kept and retried by the target's "
+                    'key as a replica would write them. Use "stop" (or "skip", which holds nothing)')
 
 
 def parse_config(

@@ -13,7 +13,7 @@ What a dialect *runs* (table reads, upsert/delete SQL, schema creation) lives in
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -21,6 +21,9 @@ from sqlalchemy.exc import DBAPIError
 from applier.ddl import TranslatedDDL, translate
 from applier.sinks.base import Sink
 from applier.timing import NO_TIMING, StageTimer
+
+if TYPE_CHECKING:
+    from applier.modes import Conform, TableShape, UniqueIndex
 
 Converter = Callable[[Any], Any]
 Route = Callable[[str, str], "tuple[str, str] | None"]
@@ -110,6 +113,15 @@ class Dialect:
     def _transient_driver_error(self, orig: BaseException | None) -> bool:
         return False
 
+    # ---- history and soft-delete modes (applier.modes) ----------------------------------------------------
+    def mode_statements(self, prep: Any, shape: "TableShape", change: "Conform") -> list[str]:
+        """The DDL that gives the table ``shape`` what a route mode needs (:func:`applier.modes.conform`): the mode's
+        columns, its primary key, its other unique keys turned into plain indexes of the same name and columns.
+        Identifiers are quoted with ``prep``, the connection's SQLAlchemy identifier preparer (run the statements
+        through the driver's parameter processing, as every statement quoted so is); the column types are the
+        applier's own constants. [] when nothing is needed."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<{self.name} dialect>"
 
@@ -136,6 +148,24 @@ class MySQLDialect(Dialect):
             return exc.orig.args[0] in MYSQL_REPLAY_NOOP_ERRORS
         return False
 
+    def mode_statements(self, prep: Any, shape: "TableShape", change: "Conform") -> list[str]:
+        """One ALTER TABLE (MySQL runs its clauses as one atomic change): ADD COLUMN per mode column, DROP PRIMARY
+        KEY / ADD PRIMARY KEY, DROP INDEX u / ADD INDEX u (same columns and prefix lengths) per unique key."""
+        q = prep.quote_identifier
+        clauses = [f"ADD COLUMN {q(c.name)} {c.type} {'NULL' if c.nullable else 'NOT NULL'}"
+                   + (f" DEFAULT {c.default}" if c.default else "") for c in change.add]
+        if change.primary_key:
+            if shape.primary_key:
+                clauses.append("DROP PRIMARY KEY")
+            clauses.append(f"ADD PRIMARY KEY ({', '.join(map(q, change.primary_key))})")
+        for u in change.demote:
+            parts = [q(_plain_column(shape, u, c)) + (f"({p})" if p else "")
+                     for c, p in zip(u.columns, u.prefixes or (None,) * len(u.columns))]
+            clauses += [f"DROP INDEX {q(u.name)}", f"ADD INDEX {q(u.name)} ({', '.join(parts)})"]
+        if not clauses:
+            return []
+        return [f"ALTER TABLE {_qualified(prep, shape)} {', '.join(clauses)}"]
+
 
 class MariaDBDialect(MySQLDialect):
     """MySQL's writer and values; DDL with MariaDB's own spellings and ``IF [NOT] EXISTS`` forms."""
@@ -158,12 +188,54 @@ class PostgresDialect(Dialect):
 
         return pg_converter(column_type)
 
+    def mode_statements(self, prep: Any, shape: "TableShape", change: "Conform") -> list[str]:
+        """An ALTER TABLE with ADD COLUMN per mode column (the PostgreSQL types of applier.modes), the primary key
+        replaced under its constraint name (``<table>_pkey`` as the DDL translator names it, when there was none)
+        and UNIQUE constraints dropped; then DROP INDEX per unique index, and CREATE INDEX of the same name and
+        columns per unique key (index names are per schema in PostgreSQL, hence after the drops)."""
+        from applier.ddl.pg_sql import pg_index_name
+
+        q = prep.quote_identifier
+        table = _qualified(prep, shape)
+        clauses = [f"ADD COLUMN {q(c.name)} {c.pg_type}{'' if c.nullable else ' NOT NULL'}"
+                   + (f" DEFAULT {c.default}" if c.default else "") for c in change.add]
+        if change.primary_key:
+            name = shape.primary_name or pg_index_name(shape.name, "PRIMARY")
+            if shape.primary_key:
+                clauses.append(f"DROP CONSTRAINT {q(name)}")
+            clauses.append(f"ADD CONSTRAINT {q(name)} PRIMARY KEY ({', '.join(map(q, change.primary_key))})")
+        clauses += [f"DROP CONSTRAINT {q(u.name)}" for u in change.demote if u.constraint]
+        out = [f"ALTER TABLE {table} {', '.join(clauses)}"] if clauses else []
+        schema = f"{prep.quote_identifier(shape.schema)}." if shape.schema else ""
+        out += [f"DROP INDEX {schema}{q(u.name)}" for u in change.demote if not u.constraint]
+        out += [f"CREATE INDEX {q(u.name)} ON {table} ({', '.join(q(_plain_column(shape, u, c)) for c in u.columns)})"
+                for u in change.demote]
+        return out
+
     def _transient_driver_error(self, orig: BaseException | None) -> bool:
         sqlstate = getattr(orig, "sqlstate", None)
         if sqlstate is not None:
             return sqlstate in PG_TRANSIENT_SQLSTATES or sqlstate.startswith(PG_TRANSIENT_SQLSTATE_CLASSES)
         # no SQLSTATE: the connection itself failed
         return type(orig).__module__.startswith("psycopg") and type(orig).__name__ == "OperationalError"
+
+
+def _qualified(prep: Any, shape: "TableShape") -> str:
+    q = prep.quote_identifier
+    return f"{q(shape.schema)}.{q(shape.name)}" if shape.schema else q(shape.name)
+
+
+def _plain_column(shape: "TableShape", u: "UniqueIndex", column: str | None) -> str:
+    """A unique key's column, to index it again as a plain index; a key part that is an expression cannot be
+    rendered from the catalog's column list, so the operator is asked to do that one by hand."""
+    if column is None:
+        from applier.modes import ModeError
+        from applier.sinks.table import shown
+
+        raise ModeError(f"unique key {u.name!r} of {shown(shape.schema, shape.name)} has an expression key part, "
+                        "which a route mode other than replica cannot keep unique: replace it by hand with a plain "
+                        "index")
+    return column
 
 
 MYSQL = MySQLDialect()

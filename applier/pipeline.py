@@ -463,6 +463,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
         shard_ddl=settings.target.shard_ddl, on_apply_error=settings.target.on_apply_error,
         apply_error_policy=router.apply_error_policy,
+        write_mode=router.write_mode,
         guard=guard, timer=timer, dialect=dialect, until_ts=until_ts,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)

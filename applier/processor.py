@@ -48,6 +48,7 @@ class BatchProcessor:
                  budget_bytes: int = 512 * 1024 * 1024, spill_dir: str | None = None, batch_rows: int = 5000,
                  on_unsupported_ddl: str = "stop", shard_ddl: str = "stop", on_apply_error: str = "stop",
                  apply_error_policy=None, ddl_scope=None, guard: DriverDecodeGuard | None = None,
+                 write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
                  until_ts: int | None = None) -> None:
         """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
@@ -75,6 +76,7 @@ class BatchProcessor:
         self.applier = Applier(engine, dialect or dialect_for(engine), route, store, batch_rows=batch_rows,
                                on_unsupported_ddl=on_unsupported_ddl, shard_ddl=shard_ddl,
                                on_apply_error=on_apply_error, apply_error_policy=apply_error_policy,
+                               write_mode=write_mode,
                                replace_mode=not self.gate.gated,
                                ddl_scope=ddl_scope, timer=timer)
         self.batches = 0

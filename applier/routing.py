@@ -309,6 +309,8 @@ def _check_template(key: str, template: str) -> frozenset[str]:
 APPLY_ERROR_POLICIES = ("stop", "quarantine", "skip")
 #: what happens to a message that cannot be decoded (applier.processor): the same three choices
 DECODE_ERROR_POLICIES = APPLY_ERROR_POLICIES
+#: how a route writes its tables (applier.modes): replica (the default), history (every version), soft_delete
+WRITE_MODES = ("replica", "history", "soft_delete")
 
 
 @dataclass(frozen=True)
@@ -321,7 +323,8 @@ class Rule:
     rule that renames only the table keeps the upstream schema name). ``name`` labels the rule in
     error messages (``route[2]``). ``on_apply_error`` overrides ``[target] on_apply_error`` for the tables
     this rule decides, and ``on_decode_error`` overrides ``[pipeline] on_decode_error`` for their messages that
-    cannot be decoded (when the table can still be read from the message). Construction compiles the pattern once and raises :class:`RuleError` when the rule is
+    cannot be decoded (when the table can still be read from the message). ``mode`` is how the tables it decides
+    are written (:data:`WRITE_MODES`, see :mod:`applier.modes`; None: replica). Construction compiles the pattern once and raises :class:`RuleError` when the rule is
     invalid.
     """
 
@@ -332,6 +335,7 @@ class Rule:
     name: str = ""
     on_apply_error: str | None = None
     on_decode_error: str | None = None
+    mode: str | None = None
     _schema_m: _Matcher = field(init=False, repr=False, compare=False)
     _table_m: _Matcher = field(init=False, repr=False, compare=False)
     _schema_fields: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -352,7 +356,9 @@ class Rule:
         if self.on_decode_error is not None and self.on_decode_error not in DECODE_ERROR_POLICIES:
             raise RuleError("on_decode_error", f"must be one of {', '.join(DECODE_ERROR_POLICIES)}, "
                                                f"got {self.on_decode_error!r}")
-        for policy in ("on_apply_error", "on_decode_error"):
+        if self.mode is not None and self.mode not in WRITE_MODES:
+            raise RuleError("mode", f"must be one of {', '.join(WRITE_MODES)}, got {self.mode!r}")
+        for policy in ("on_apply_error", "on_decode_error", "mode"):
             if ignore and getattr(self, policy) is not None:
                 raise RuleError(policy, f"this rule ignores what it matches, so nothing of it is applied; "
                                         f"drop {policy}")
@@ -481,6 +487,21 @@ class Router:
             if rule.matches(schema, table):
                 return rule.on_apply_error
         return None
+
+    def write_mode(self, schema: str, table: str) -> str:
+        """How the tables of ``schema.table`` are written: the ``mode`` of the rule that decides it, "replica" when
+        it sets none or no rule matches (applier.modes). For a schema (``table == ""``, a schema-level DDL): the
+        mode of the last rule that sets one other than "replica" and takes part for the schema (TiDB's
+        MatchSchema), since such a DDL reaches every table of the schema; else "replica"."""
+        if table == "":
+            for rule in reversed(self._rules):
+                if rule.mode not in (None, "replica") and not rule.ignore and rule.matches_schema(schema):
+                    return rule.mode
+            return "replica"
+        for rule in reversed(self._rules):
+            if rule.matches(schema, table):
+                return rule.mode or "replica"
+        return "replica"
 
     def decode_error_policy(self, schema: str, table: str) -> str | None:
         """The ``on_decode_error`` of the rule that decides this table, or None (then ``[pipeline]``'s applies)."""

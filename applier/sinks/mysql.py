@@ -35,12 +35,17 @@ import datetime as _dt
 import struct
 from typing import Any, Callable
 
-from sqlalchemy import delete, text, tuple_
+from sqlalchemy import delete, text, tuple_, update
 from sqlalchemy.engine import Connection
 
 from applier.mysql_values import format_time
 from applier.sinks.base import Sink
 from applier.sinks.table import TableMeta, build_meta, missing_table
+from applier.modes import (
+    COMMIT_TS, DELETED, DELETED_AT, VALID_FROM, VALID_TO, HistoryPlan, SoftDeletePlan, TableShape, UniqueIndex,
+    adapted_keys, prev_commit_ts_column,
+)
+from applier.sinks.plan import group_columns
 
 class MySQLSink(Sink):
     def __init__(self, batch_rows: int = 5000, **kw: Any) -> None:
@@ -179,6 +184,106 @@ class MySQLSink(Sink):
                                        lambda: tuple(keyless_match_value(meta.types.get(c)) for c in cols))
         return tuple(v if f is None or v is None else f(v) for f, v in zip(fixes, (before[c] for c in cols)))
 
+    # ---- history and soft-delete modes -------------------------------------------------------------------
+    # The writes of route modes history and soft_delete (applier.modes plans them; applier.apply checks the table
+    # with mode_shape first). Identifiers are quoted by SQLAlchemy's preparer, every value is a bound parameter.
+    # * history: a version is inserted with ``INSERT ... ON DUPLICATE KEY UPDATE <key> = <key>`` (a replayed
+    #   version is left as it is; never INSERT IGNORE, which would turn a value the column cannot hold into a
+    #   warning); the versions it follows are closed through a temporary table of (key, commit ts, previous commit
+    #   ts, valid from) joined to the table in one UPDATE (a temporary table neither commits the transaction nor
+    #   outlives the statement group: it is dropped at once);
+    # * soft delete: removed-and-rewritten keys are deleted as in replica mode, rows that end deleted get
+    #   ``UPDATE ... SET _deleted = true, _deleted_at = %s WHERE key IN (...)`` (one statement per delete time),
+    #   and the final rows are upserted as in replica mode, with _deleted = false and _deleted_at = NULL.
+
+    def mode_shape(self, conn: Connection, schema: str, name: str) -> TableShape:
+        """The table's columns, primary key and other unique keys, from information_schema (as :meth:`reflect`)."""
+        db = schema or conn.exec_driver_sql("SELECT DATABASE()").scalar()
+        cols = conn.execute(
+            text("SELECT COLUMN_NAME, IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = :s AND "
+                 "TABLE_NAME = :t ORDER BY ORDINAL_POSITION"), {"s": db, "t": name}).all()
+        if not cols:
+            raise missing_table(schema, name)
+        idx: dict[str, list[tuple[str | None, int | None]]] = {}
+        for index_name, col, sub_part in conn.execute(
+            text("SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = :s "
+                 "AND TABLE_NAME = :t AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX"), {"s": db, "t": name}
+        ):
+            idx.setdefault(_text(index_name), []).append((None if col is None else _text(col),
+                                                          None if sub_part is None else int(sub_part)))
+        pk = tuple(c for c, _ in idx.pop("PRIMARY", ()) if c is not None)
+        uniques = tuple(UniqueIndex(n, tuple(c for c, _ in parts), prefixes=tuple(p for _, p in parts))
+                        for n, parts in sorted(idx.items()))
+        return TableShape(schema, name, tuple(_text(c) for c, _ in cols),
+                          frozenset(_text(c) for c, nullable in cols if nullable == "NO"), pk, None, uniques)
+
+    def write_history(self, conn: Connection, meta: TableMeta, plan: HistoryPlan) -> None:
+        key = plan.key
+        for lo in range(0, len(plan.closes), self.batch_rows):
+            part = plan.closes[lo:lo + self.batch_rows]
+            keys = adapted_keys(self.adapt_rows, meta, key, [c[0] for c in part])
+            self._close_versions(conn, meta, key, [(*k, ts, prev, vf) for k, (_, ts, prev, vf) in zip(keys, part)])
+        for cols, rows in group_columns(plan.versions).items():
+            sql = self._mode_sql(conn, meta, "version", cols)
+            for lo in range(0, len(rows), self.batch_rows):
+                chunk = self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows])
+                conn.exec_driver_sql(sql, [tuple(r[c] for c in cols) for r in chunk])
+
+    def _close_versions(self, conn: Connection, meta: TableMeta, key: tuple[str, ...],
+                        rows: list[tuple[Any, ...]]) -> None:
+        """Set ``_valid_to`` of each open version that a staged (key, commit ts, previous commit ts, valid from)
+        follows: see :class:`applier.modes.HistoryPlan`."""
+        prep = conn.dialect.identifier_preparer
+        q = prep.quote_identifier
+        prev = prev_commit_ts_column(key)
+        stage = q(f"applier_close_{id(meta.table):x}")
+        stage_cols = key + (COMMIT_TS, prev, VALID_FROM)
+        conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
+        select = ", ".join([*(q(c) for c in key), q(COMMIT_TS), f"{q(COMMIT_TS)} AS {q(prev)}", q(VALID_FROM)])
+        conn.exec_driver_sql(f"CREATE TEMPORARY TABLE {stage} AS SELECT {select} FROM {prep.format_table(meta.table)} "
+                             "LIMIT 0")
+        try:
+            conn.exec_driver_sql(f"INSERT INTO {stage} ({', '.join(map(q, stage_cols))}) "
+                                 f"VALUES ({', '.join(['%s'] * len(stage_cols))})", rows)
+            on = " AND ".join(f"o.{q(c)} = s.{q(c)}" for c in key)
+            conn.exec_driver_sql(
+                f"UPDATE {prep.format_table(meta.table)} AS o JOIN {stage} AS s ON {on} "
+                f"SET o.{q(VALID_TO)} = s.{q(VALID_FROM)} WHERE o.{q(VALID_TO)} IS NULL "
+                f"AND o.{q(COMMIT_TS)} < s.{q(COMMIT_TS)} AND o.{q(COMMIT_TS)} >= s.{q(prev)}")
+        finally:
+            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
+
+    def write_soft_delete(self, conn: Connection, meta: TableMeta, plan: SoftDeletePlan) -> None:
+        for lo in range(0, len(plan.hard_deletes), self.batch_rows):
+            self.delete_rows(conn, meta, self.adapt_keys(meta, plan.hard_deletes[lo:lo + self.batch_rows]))
+        by_time: dict[Any, list[tuple[Any, ...]]] = {}
+        for k, when in plan.soft_deletes:
+            by_time.setdefault(when, []).append(k)
+        t = meta.table
+        for when, keys in by_time.items():
+            for lo in range(0, len(keys), self.batch_rows):
+                chunk = self.adapt_keys(meta, keys[lo:lo + self.batch_rows])
+                if len(meta.key) == 1:
+                    cond = t.c[meta.key[0]].in_([k[0] for k in chunk])
+                else:
+                    cond = tuple_(*(t.c[c] for c in meta.key)).in_(chunk)
+                conn.execute(update(t).where(cond).values({DELETED: True, DELETED_AT: when}))
+        for cols, rows in group_columns(plan.upserts).items():
+            for lo in range(0, len(rows), self.batch_rows):
+                self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
+
+    def _mode_sql(self, conn: Connection, meta: TableMeta, kind: str, cols: tuple[str, ...]) -> str:
+        """``INSERT ... VALUES (%s, ...) ON DUPLICATE KEY UPDATE <first key column> = itself``: a version already in
+        the table stays as it is. The shape PyMySQL's executemany sends as multi-row INSERTs (see _upsert_sql)."""
+        ck = (kind, id(meta.table), cols)
+        sql = self._sql.get(ck)
+        if sql is None:
+            prep = conn.dialect.identifier_preparer
+            k = prep.quote(meta.key[0])
+            sql = self._sql[ck] = (
+                f"INSERT INTO {prep.format_table(meta.table)} ({', '.join(map(prep.quote, cols))}) "
+                f"VALUES ({', '.join(['%s'] * len(cols))}) ON DUPLICATE KEY UPDATE {k} = {k}")
+        return sql
 
 # ---------------------------------------------------------------------------------------------------------
 # Session settings and value converters (pure; unit-tested in tests/unit/test_value_adapt.py)

@@ -48,7 +48,9 @@ from typing import Any, Callable, Sequence
 from sqlalchemy import Column, MetaData, Table, and_, bindparam, cast, delete, select, text, update
 
 from sqlalchemy.dialects.postgresql import JSONB, REAL, insert as pg_insert
+from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import NoSuchTableError
 from sqlalchemy.types import NullType
 
 from psycopg import sql as psql
@@ -57,7 +59,12 @@ from applier.mysql_values import format_time, is_zero_date
 from applier.ddl.pg_types import TYPE_COMMENT_PREFIX, parse_type_comment
 from applier.sinks.adapt import ValueRefused, acts_on
 from applier.sinks.base import Sink
-from applier.sinks.table import ApplyError, TableMeta, reflect_table, shown
+from applier.sinks.table import ApplyError, TableMeta, missing_table, reflect_table, shown
+from applier.modes import (
+    COMMIT_TS, DELETED, DELETED_AT, VALID_FROM, VALID_TO, HistoryPlan, SoftDeletePlan, TableShape, UniqueIndex,
+    adapted_keys, prev_commit_ts_column,
+)
+from applier.sinks.plan import group_columns
 
 
 class PostgresSink(Sink):
@@ -183,6 +190,104 @@ class PostgresSink(Sink):
         stmt = self.keyless_statement("pg-update", meta, (sets, cols), lambda: keyless_update_stmt(meta, sets, cols))
         return int(conn.execute(stmt, keyless_binds(before, after)).rowcount)
 
+    # ---- history and soft-delete modes -------------------------------------------------------------------
+    # The writes of route modes history and soft_delete (applier.modes plans them; applier.apply checks the table
+    # with mode_shape first), through ON COMMIT DROP staging tables filled by COPY, as the replica writes are:
+    # * history: versions are COPYed and merged with ``INSERT ... SELECT ... ON CONFLICT (key, _commit_ts) DO
+    #   NOTHING`` (a replayed version is left as it is); the versions they follow are closed by one
+    #   ``UPDATE ... FROM`` a staged (key, commit ts, previous commit ts, valid from);
+    # * soft delete: removed-and-rewritten keys are deleted as in replica mode, rows that end deleted get
+    #   ``UPDATE ... SET _deleted = true, _deleted_at = s._deleted_at FROM`` a staged (key, deleted at), and the
+    #   final rows are upserted as in replica mode, with _deleted = false and _deleted_at = NULL.
+
+    def mode_shape(self, conn: Connection, schema: str, name: str) -> TableShape:
+        """The table's columns, primary key (with its constraint name) and other unique keys (UNIQUE constraints
+        and unique indexes), from SQLAlchemy's PostgreSQL inspector."""
+        insp = inspect(conn)
+        sch = schema or None
+        try:
+            cols = insp.get_columns(name, schema=sch)
+        except NoSuchTableError:
+            raise missing_table(schema, name) from None
+        pk = insp.get_pk_constraint(name, schema=sch)
+        uniques = [UniqueIndex(u["name"], tuple(u["column_names"]), constraint=True)
+                   for u in insp.get_unique_constraints(name, schema=sch)]
+        for ix in insp.get_indexes(name, schema=sch):
+            if ix.get("unique") and not ix.get("duplicates_constraint"):
+                uniques.append(UniqueIndex(ix["name"], tuple(ix.get("column_names") or ())))
+        return TableShape(schema, name, tuple(c["name"] for c in cols),
+                          frozenset(c["name"] for c in cols if not c["nullable"]),
+                          tuple(pk.get("constrained_columns") or ()), pk.get("name"),
+                          tuple(sorted(uniques, key=lambda u: u.name)))
+
+    def write_history(self, conn: Connection, meta: TableMeta, plan: HistoryPlan) -> None:
+        key = plan.key
+        if plan.closes:
+            prev = prev_commit_ts_column(key)
+            name = self._mode_stage(conn, meta, "hclose", [*((c, c) for c in key), (COMMIT_TS, COMMIT_TS),
+                                                           (COMMIT_TS, prev), (VALID_FROM, VALID_FROM)])
+            keys = adapted_keys(self.adapt_rows, meta, key, [c[0] for c in plan.closes])
+            with self.timer.span("write.copy"):
+                self._copy(conn, name, key + (COMMIT_TS, prev, VALID_FROM),
+                           [(*k, ts, before, vf) for k, (_, ts, before, vf) in zip(keys, plan.closes)])
+            prep = conn.dialect.identifier_preparer
+            q = prep.quote_identifier
+            on = " AND ".join(f"o.{q(c)} = s.{q(c)}" for c in key)
+            conn.exec_driver_sql(
+                f"UPDATE {prep.format_table(meta.table)} AS o SET {q(VALID_TO)} = s.{q(VALID_FROM)} "
+                f"FROM {q(name)} AS s WHERE {on} AND o.{q(VALID_TO)} IS NULL AND o.{q(COMMIT_TS)} < s.{q(COMMIT_TS)} "
+                f"AND o.{q(COMMIT_TS)} >= s.{q(prev)}")
+        for cols, rows in group_columns(plan.versions).items():
+            for lo in range(0, len(rows), self.batch_rows):
+                stage, name = self._stage(conn, meta, "hver", cols)
+                tuples = list(map(_tuple_getter(cols), self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows])))
+                with self.timer.span("write.copy"):
+                    self._copy(conn, name, cols, tuples, binary_copy_types(meta, cols, tuples))
+                ck = ("hver", id(meta.table), cols)
+                stmt = self._stmts.get(ck)
+                if stmt is None:
+                    stmt = self._stmts[ck] = pg_insert(meta.table).from_select(
+                        list(cols), select(*(stage.c[c] for c in cols))).on_conflict_do_nothing(
+                        index_elements=list(meta.key))
+                conn.execute(stmt)
+
+    def write_soft_delete(self, conn: Connection, meta: TableMeta, plan: SoftDeletePlan) -> None:
+        for lo in range(0, len(plan.hard_deletes), self.batch_rows):
+            self.delete_rows(conn, meta, self.adapt_keys(meta, plan.hard_deletes[lo:lo + self.batch_rows]))
+        if plan.soft_deletes:
+            cols = tuple(meta.key) + (DELETED_AT,)
+            stage, name = self._stage(conn, meta, "sdel", cols)
+            keys = self.adapt_keys(meta, [k for k, _ in plan.soft_deletes])
+            with self.timer.span("write.copy"):
+                self._copy(conn, name, cols, [(*k, when) for k, (_, when) in zip(keys, plan.soft_deletes)])
+            ck = ("sdel", id(meta.table))
+            stmt = self._stmts.get(ck)
+            if stmt is None:
+                t = meta.table
+                stmt = self._stmts[ck] = (update(t).where(and_(*(t.c[c] == stage.c[c] for c in meta.key)))
+                                          .values({DELETED: True, DELETED_AT: stage.c[DELETED_AT]}))
+            conn.execute(stmt)
+        for cols, rows in group_columns(plan.upserts).items():
+            for lo in range(0, len(rows), self.batch_rows):
+                self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
+
+    def _mode_stage(self, conn: Connection, meta: TableMeta, kind: str, select_list: list[tuple[str, str]]) -> str:
+        """A staging table like :meth:`_stage`'s whose columns are ``(source column, name)`` pairs of the target's
+        columns (one column may be staged twice under two names); its name."""
+        spec = ",".join(f"{src}>{alias}" for src, alias in select_list)
+        digest = hashlib.sha1(f"{meta.schema}\x00{meta.name}\x00{kind}\x00{spec}".encode()).hexdigest()[:16]
+        name = f"applier_{kind}_{digest}"
+        prep = conn.dialect.identifier_preparer
+        created: set[str] = conn.info.setdefault("applier_stages", set())
+        qname = prep.quote(name)
+        if name in created:
+            conn.exec_driver_sql(f"TRUNCATE {qname}")
+        else:
+            collist = ", ".join(f"{prep.quote(src)} AS {prep.quote(alias)}" for src, alias in select_list)
+            conn.exec_driver_sql(f"CREATE TEMPORARY TABLE {qname} ON COMMIT DROP AS SELECT {collist} FROM "
+                                 f"{prep.format_table(meta.table)} WITH NO DATA")
+            created.add(name)
+        return name
 
 
 _CATALOG_TYPES = text(

@@ -6,7 +6,9 @@ The flow of :func:`verify` (with ``--upstream``), top to bottom:
    pipeline's applied resolved ts, a TiDB upstream at that same TSO (a MySQL/MariaDB upstream is read live, and
    the output says so).
 2. List the upstream tables the config's routes replicate and plan each one (:mod:`.tables`): its key (primary
-   key, else a unique key over NOT NULL columns) and its columns matched with the replica's.
+   key, else a unique key over NOT NULL columns) and its columns matched with the replica's. A table of a history
+   or soft_delete route (applier.modes) is compared by its current rows only (:func:`.tables.current_rows_filter`),
+   without the mode's columns, and gets no fix-up SQL.
 3. Compare each table chunk by chunk (:mod:`.compare`): as TiDB's sync-diff-inspector does, the table is cut into
    ranges of its key (:mod:`.chunks`), each range gets a row count and a checksum on both sides (:mod:`.checksums`:
    in SQL when both servers are MySQL-family and print every column alike, else in Python), and only the ranges
@@ -98,13 +100,16 @@ def verify(target: Engine, upstream: Engine, *, pipeline: str, router: Router, w
                               "one upstream table with one replica table")
                 continue
             started = time.monotonic()
-            plan = plan_table(up, down, src, dest, writer, tr)
+            plan = plan_table(up, down, src, dest, writer, tr, mode=router.write_mode(*src))
             if plan is None:
                 continue
             tr.columns = tuple(c.target_name for c in plan.columns)
             tr.key_columns = tr.columns[: plan.key_len]
             compare_table(up, down, plan, tr, chunk_rows)
-            if fix is not None and tr.diffs.count:
+            if fix is not None and tr.diffs.count and plan.mode != "replica":
+                result.notes.append(f"{tr.name}: no fix-up SQL for a table of route mode {plan.mode} (its rows are "
+                                    "versions or soft-deleted rows, not the upstream table's rows)")
+            elif fix is not None and tr.diffs.count:
                 tr.fix = fix_statements(plan, tr.diffs, fix[0], fix[1])
             log.info("%s: %d chunks, %d differences, %.1f s", tr.name, tr.chunks, tr.differences,
                      time.monotonic() - started)

@@ -51,7 +51,11 @@ def _side_columns(side: Side, plan: TablePlan, upstream: bool) -> list[tuple[str
 
 
 def _where(side: Side, plan: TablePlan, chunk: Chunk, upstream: bool) -> tuple[str, dict[str, Any]]:
-    return range_predicate(_key_exprs(side, plan, upstream), chunk)
+    """The chunk's range; on the replica of a history or soft_delete route, only its current rows in it."""
+    where, params = range_predicate(_key_exprs(side, plan, upstream), chunk)
+    if not upstream and plan.target_filter:
+        where = f"({where}) AND {plan.target_filter}"
+    return where, params
 
 
 def server_sum(side: Side, plan: TablePlan, chunk: Chunk, upstream: bool) -> ChunkSum:

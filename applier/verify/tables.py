@@ -10,8 +10,9 @@ writer's own reflection.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from applier.modes import DELETED, HISTORY, OP, OP_DELETE, SOFT_DELETE, VALID_TO, mode_columns
 from applier.routing import Router, is_system_schema
 from applier.sinks.table import ApplyError, shown
 from applier.verify.checksums import MYSQL_FAMILY, SERVER_CHECKSUM_KINDS
@@ -44,6 +45,10 @@ class TablePlan:
     target_key: tuple[str, ...] = ()  # the replica's own key (the fix-up SQL's ON CONFLICT)
     target_types: Mapping[str, str] = field(default_factory=dict)  # replica column -> type, for the converters
     collapse_zero_dates: bool = False
+    # route modes history / soft_delete (applier.modes): the replica keeps more rows than upstream has, and only
+    # those this condition selects (SQL over the replica's quoted names) are the upstream table's current state
+    mode: str = "replica"
+    target_filter: str = ""
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -116,9 +121,10 @@ def upstream_key(side: Side, schema: str, table: str, columns: Sequence[Upstream
 
 
 def plan_table(up: Side, down: Side, upstream: tuple[str, str], target: tuple[str, str], writer: Any,
-               result: TableResult) -> TablePlan | None:
+               result: TableResult, mode: str = "replica") -> TablePlan | None:
     """Match the two tables' columns; None (with ``result.skipped`` or ``schema_problems`` set) when the table
-    cannot be compared."""
+    cannot be compared. ``mode``: the route's mode; for history and soft_delete only the replica's current rows
+    (:func:`current_rows_filter`) are compared, over the upstream's columns (the mode's own columns are not)."""
     cols = [c for c in upstream_columns(up, *upstream) if not c.generated]
     key = upstream_key(up, *upstream, cols)
     if not key:
@@ -142,8 +148,9 @@ def plan_table(up: Side, down: Side, upstream: tuple[str, str], target: tuple[st
             matched[c.name] = t
     used = set(matched.values())
     upstream_names = {c.name.lower() for c in cols}
+    own = {c.name for c in mode_columns(mode)}
     for t in meta.columns:
-        if t not in used and t.lower() not in upstream_names:
+        if t not in used and t.lower() not in upstream_names and t not in own:
             result.schema_problems.append(f"column {shown(t)} is only in the replica")
     missing_key = [k for k in key if k not in matched]
     if missing_key:
@@ -153,8 +160,25 @@ def plan_table(up: Side, down: Side, upstream: tuple[str, str], target: tuple[st
     order = list(key) + [c.name for c in cols if c.name not in key and c.name in matched]
     plans = tuple(_column_plan(by_col[n], matched[n], meta.types.get(matched[n], "")
                                or _catalog_type(down, target, matched[n])) for n in order)
+    missing_own = [c for c in own if c not in meta.columns]
+    if missing_own:
+        result.schema_problems.append(f"route mode {mode}: column(s) {', '.join(map(shown, sorted(missing_own)))} "
+                                      "missing in the replica")
+        return None
     return TablePlan(upstream, target, plans, len(key), target_key=tuple(meta.key), target_types=dict(meta.types),
-                     collapse_zero_dates=down.flavour == "postgresql")
+                     collapse_zero_dates=down.flavour == "postgresql", mode=mode,
+                     target_filter=current_rows_filter(mode, down.q))
+
+
+def current_rows_filter(mode: str, q: Callable[[str], str]) -> str:
+    """The replica rows that are the upstream table's current state in a route mode, as a SQL condition over the
+    names ``q`` quotes ("" for replica: every row): history, each key's open version unless it is a delete;
+    soft delete, the rows not deleted."""
+    if mode == HISTORY:
+        return f"{q(VALID_TO)} IS NULL AND {q(OP)} <> '{OP_DELETE}'"
+    if mode == SOFT_DELETE:
+        return f"NOT {q(DELETED)}"
+    return ""
 
 
 def _column_plan(up: UpstreamColumn, target_name: str, down_type: str) -> ColumnPlan:
