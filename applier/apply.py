@@ -207,8 +207,9 @@ class Applier:
         try:
             with self.timer.span("write"):
                 self.sink.write(conn, plan)
-            self.timer.count("rows_upserted", len(plan.upserts))
-            self.timer.count("rows_deleted", len(plan.deletes))
+            upserted, deleted = plan.written()
+            self.timer.count("rows_upserted", upserted)
+            self.timer.count("rows_deleted", deleted)
         except ApplyError:
             raise
         except Exception as exc:

@@ -205,8 +205,9 @@ class SetAside:
                 plan = plan_batch(meta, changes, replace=self.replace_mode)
             failed = self.in_savepoint(conn, lambda: self.sink.write(conn, plan))
             if failed is None:
-                self.timer.count("rows_upserted", len(plan.upserts))
-                self.timer.count("rows_deleted", len(plan.deletes))
+                upserted, deleted = plan.written()
+                self.timer.count("rows_upserted", upserted)
+                self.timer.count("rows_deleted", deleted)
                 return changes, aside_total
             found = find_refused(
                 plan, lambda sub: self.in_savepoint(conn, lambda: self.sink.write(conn, sub), keep=False))

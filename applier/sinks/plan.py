@@ -40,6 +40,13 @@ class BatchPlan:
     # a table without a key: its changes in commit order, applied one by one (then deletes/upserts are empty)
     keyless: list[RowOp] = field(default_factory=list)
 
+    def written(self) -> tuple[int, int]:
+        """(rows upserted, rows deleted) for the metrics: a keyless plan's inserts and updates count as upserts."""
+        if not self.keyless:
+            return len(self.upserts), len(self.deletes)
+        deleted = sum(1 for op in self.keyless if op.op is Op.DELETE)
+        return len(self.keyless) - deleted, deleted
+
 
 @dataclass(slots=True)
 class RowOp:

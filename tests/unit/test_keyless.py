@@ -416,3 +416,13 @@ def test_a_whole_table_block_holds_a_table_that_has_a_key_now() -> None:
     ap.apply(gate.release())
     assert sink.calls == [("write", [3])]
     assert [(t, k, kind) for t, k, kind, _, _ in held(ap)] == [("t", "*", "refused"), ("t", "[2]", "blocked")]
+
+
+def test_a_keyless_plan_counts_its_rows_for_the_metrics() -> None:
+    from applier.sinks.plan import BatchPlan, RowOp
+
+    pos = SourcePosition("t", 0, 1)
+    plan = BatchPlan(None, keyless=[RowOp(Op.INSERT, None, {"v": 1}, pos), RowOp(Op.UPDATE, {"v": 1}, {"v": 2}, pos),
+                                    RowOp(Op.DELETE, {"v": 2}, None, pos)])  # type: ignore[arg-type]
+    assert plan.written() == (2, 1)
+    assert BatchPlan(None, deletes=[(1,)], upserts=[{"id": 2}, {"id": 3}]).written() == (2, 1)  # type: ignore[arg-type]
