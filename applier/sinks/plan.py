@@ -9,6 +9,11 @@ one, deletes first (invariant 5): a key that saw a delete or such an update anyw
 in the delete phase and, if it has a final row, re-inserted in the upsert phase. That keeps unique-key swaps
 and moves inside one batch from colliding.
 
+Within one commit ts (gated streams), a removal - a delete, or the old key of a key-changing update - never
+undoes a row another change of that ts wrote: TiKV keeps one change per row per transaction, so when two rows
+swap primary keys (a table whose primary key is not its row handle), their updates 4->5 and 5->4 come in either
+order, and the second one's removal of key 5 is the old row's, not the one the first update just put there.
+
 A table without a key (no primary key, no unique key over NOT NULL columns) has no row identity but its content,
 and may hold identical rows, so nothing can be collapsed: :func:`plan_keyless` keeps its changes as an ordered
 list of :class:`RowOp` (insert the new row; update or delete exactly one row equal to the old row, every writable
@@ -84,6 +89,9 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool =
     all_writable: dict[tuple[str, ...], bool] = {}  # column names of a row -> every one is writable
     final: dict[tuple[Any, ...], dict[str, Any] | None] = {}
     must_delete: dict[tuple[Any, ...], None] = {}
+    # Gated: the commit ts that last wrote each key. Within one commit ts a removal never undoes a write (see the
+    # module docstring); ungated events have no usable commit ts, and there order alone decides.
+    written_at: dict[tuple[Any, ...], int] | None = None if replace else {}
     delete_op, update_op = Op.DELETE, Op.UPDATE
     for ch in changes:
         op = ch.op
@@ -92,9 +100,10 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool =
                 k = key_of(ch.before)
             except (KeyError, TypeError):
                 k = _key(meta, ch, ch.before, key_cols)  # raises, naming what is missing
-            final.pop(k, None)
-            final[k] = None
             must_delete[k] = None
+            if written_at is None or written_at.get(k) != ch.commit_ts:
+                final.pop(k, None)
+                final[k] = None
             continue
         after = ch.after
         if after:
@@ -118,15 +127,18 @@ def plan_batch(meta: TableMeta, changes: Sequence[RowChange], *, replace: bool =
                 except KeyError:
                     ok_ = _key(meta, ch, old, key_cols)  # raises: part of the key is missing
                 if ok_ != k:
-                    final.pop(ok_, None)
-                    final[ok_] = None
                     must_delete[ok_] = None
+                    if written_at is None or written_at.get(ok_) != ch.commit_ts:
+                        final.pop(ok_, None)
+                        final[ok_] = None
             for cols in other_uniques:  # a key change is handled above
                 if any(c in old and c in after and old[c] != after[c] for c in cols):
                     must_delete[k] = None
                     break
         final.pop(k, None)
         final[k] = row
+        if written_at is not None:
+            written_at[k] = ch.commit_ts
     plan = BatchPlan(meta, changes=len(changes))
     plan.deletes = list(must_delete)
     plan.upserts = [row for row in final.values() if row is not None]
