@@ -25,9 +25,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, Transaction
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL
+from applier import evolve
 from applier.dialect import Dialect
 from applier.events import DDL, RowChange
 from applier import modes
@@ -38,7 +39,7 @@ from applier.setaside import SetAside, find_refused
 from applier.shards import ALREADY_ADDED, ShardGuard, reshapes
 from applier.sinks import ApplyError, BatchPlan, db_reason, plan_batch
 from applier.sinks.base import VERBATIM
-from applier.sinks.table import TableMeta, shown
+from applier.sinks.table import MissingTable, TableMeta, shown
 from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.apply")
@@ -74,6 +75,7 @@ class Applier:
                  on_apply_error: str = "stop", chunk_events: int = CHUNK_EVENTS,
                  replace_mode: bool = False, ddl_scope: Callable[[str, str], bool] | None = None,
                  apply_error_policy: Callable[[str, str], str | None] | None = None,
+                 schema_evolution: str = "none",
                  write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING) -> None:
         self.engine = engine
@@ -100,6 +102,9 @@ class Applier:
         self.write_mode = write_mode or (lambda schema, table: modes.REPLICA)
         self._modes: dict[tuple[str, str], str] = {}  # upstream table -> its mode
         self._mode_tables: dict[int, tuple[TableMeta, tuple[str, ...]]] = {}  # id(meta) -> (meta, upstream key)
+        # [target] schema_evolution (applier/evolve.py): none | create | evolve
+        self.schema_evolution = schema_evolution
+        self._shape_ready: dict[tuple[str, str], tuple] = {}  # upstream table -> the column tuple checked last
 
     # ---- entry point -----------------------------------------------------------------------------------
     def apply(self, rel: Release, *, undecodable: Iterable[UndecodableMessage] = (), batches: int = 1) -> ApplyStats:
@@ -117,22 +122,20 @@ class Applier:
                     self.aside.block(conn, u)
                 progress: dict[tuple[str, str], TableProgress] = {}
                 chunk: list[RowChange] = []
+                evolving = self.schema_evolution != "none"
+                ready = self._shape_ready
                 for ev in rel:
                     if isinstance(ev, DDL):
-                        self._write_rows(conn, chunk, progress, stats)
-                        chunk = []
-                        # everything before the DDL is applied: commit it before the (non-transactional) DDL
-                        with self.timer.span("progress"):
-                            self.store.save(conn, applied_ts=max(ev.commit_ts - 1, rel.applied_ts),
-                                            checkpoints=rel.checkpoint(), table_progress=progress)
-                        progress = {}
-                        with self.timer.span("commit"):
-                            tx.commit()
-                        stats.transactions += 1
-                        self._apply_ddl(conn, ev, rel, stats)
-                        tx = conn.begin()
-                        self.sink.begin(conn)
+                        tx = self._between(conn, tx, ev, chunk, progress, rel, stats)
+                        chunk, progress = [], {}
+                        ready.clear()  # a DDL may have changed any table's shape
                         continue
+                    if evolving and ready.get((ev.schema, ev.table)) is not ev.columns:
+                        made = self._schema_from_stream(conn, ev)
+                        if made is not None:
+                            tx = self._between(conn, tx, made, chunk, progress, rel, stats)
+                            chunk, progress = [], {}
+                            ready[(ev.schema, ev.table)] = ev.columns  # (a skipped one fails at the write, loudly)
                     chunk.append(ev)
                     if len(chunk) >= self.chunk_events:
                         self._write_rows(conn, chunk, progress, stats)
@@ -157,6 +160,47 @@ class Applier:
                 raise
         self._accumulate(stats)
         return stats
+
+    def _between(self, conn: Connection, tx: Transaction, ev: DDL, chunk: list[RowChange],
+                 progress: dict[tuple[str, str], TableProgress], rel: Release, stats: ApplyStats) -> Transaction:
+        """Run a DDL between two segments: everything before it is written and committed with its progress first
+        (a MySQL DDL commits implicitly), then the DDL, then a new transaction for what follows."""
+        self._write_rows(conn, chunk, progress, stats)
+        with self.timer.span("progress"):
+            self.store.save(conn, applied_ts=max(ev.commit_ts - 1, rel.applied_ts),
+                            checkpoints=rel.checkpoint(), table_progress=progress)
+        with self.timer.span("commit"):
+            tx.commit()
+        stats.transactions += 1
+        self._apply_ddl(conn, ev, rel, stats)
+        tx = conn.begin()
+        self.sink.begin(conn)
+        return tx
+
+    # ---- schema from the stream (applier/evolve.py) -----------------------------------------------------
+    def _schema_from_stream(self, conn: Connection, ev: RowChange) -> DDL | None:
+        """The DDL event that makes the target ready for ``ev``'s columns, or None (and the column tuple is then
+        remembered as ready, so the check costs one identity test per row until the shape changes)."""
+        target = self.route(ev.schema, ev.table)
+        query = None
+        if target is not None:
+            try:
+                meta: TableMeta | None = self.sink.table(conn, *target)
+            except MissingTable:
+                meta = None
+            except Exception:  # an unreadable name: _write_rows reports it with the table and positions
+                return None
+            shape = None if meta is None else evolve.TargetShape(frozenset(meta.columns), meta.types)
+            try:
+                query = evolve.needed(self.schema_evolution, ev, shape, dialect=self.dialect.name)
+            except evolve.SchemaRefused as exc:
+                raise ApplyError(f"{exc} (row change at {ev.position}, commit ts {ev.commit_ts}; [target] "
+                                 f"schema_evolution = \"{self.schema_evolution}\")") from None
+        if query is None:
+            self._shape_ready[(ev.schema, ev.table)] = ev.columns
+            return None
+        log.info("schema from the stream: %s needs %s", shown(*target), query[:300], extra={"position": ev.position})
+        return evolve.schema_ddl(ev, query)
 
     # ---- rows ------------------------------------------------------------------------------------------
     def _write_rows(self, conn: Connection, chunk: list[RowChange], progress: dict[tuple[str, str], TableProgress],
@@ -334,6 +378,10 @@ class Applier:
             self._skip(conn, ev, key, rel, stats, "shard DDL already applied: every column it adds is in the merged "
                                                   "target table (another shard added it)")
             return
+        if self._already_evolved(ev, tr):
+            self._skip(conn, ev, key, rel, stats, "every column it adds is already in the target (added from the "
+                                                  "stream: [target] schema_evolution = \"evolve\")")
+            return
         if shared:
             if self.shard_ddl != "skip":
                 raise ApplyError(
@@ -364,6 +412,13 @@ class Applier:
         stats.transactions += 1
         log.info("applied DDL at %s (commit ts %d): %s", ev.position, ev.commit_ts, "; ".join(tr.statements) or "(nothing to do downstream)",
                  extra={"position": ev.position})
+
+    def _already_evolved(self, ev: DDL, tr: TranslatedDDL) -> bool:
+        """An upstream ADD COLUMN whose columns ``evolve`` already added from the rows: in ungated streams a row
+        with the new column can come before the DDL (another partition), and MySQL has no ADD COLUMN IF NOT
+        EXISTS."""
+        return (self.schema_evolution == "evolve" and ev.ddl_type != evolve.DDL_TYPE and tr.alters == {"add_column"}
+                and bool(tr.targets) and all(self.shards.has_columns(s, t, tr.added_columns) for s, t in tr.targets))
 
     def _refuse_over_held(self, ev: DDL, tr: TranslatedDDL) -> None:
         """A DDL that drops, truncates or reshapes a table waits for the quarantined changes and undecodable

@@ -49,6 +49,8 @@ Example (every key; see ``conf/*.toml``)::
     on_unsupported_ddl = "stop"           # stop | skip
     on_apply_error = "stop"               # stop | quarantine (hold the row and its key) | skip (record, go on)
     shard_ddl = "stop"                    # stop | skip: a DROP/TRUNCATE/RENAME/DROP INDEX of one shard of a merged table
+    schema_evolution = "create"           # none | create (a routed table the target lacks, from the stream's schema)
+                                          # | evolve (also add columns that appear in the stream)
     schema = ""                           # default target schema for unrouted tables
 
     [metrics]                             # Prometheus endpoint of `applier run` (applier.metrics)
@@ -220,7 +222,8 @@ _PIPELINE_KEYS = (
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "start_ts", "kafka",
                 "codec")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
-                "retry_seconds")
+                "retry_seconds", "schema_evolution")
+SCHEMA_EVOLUTION = ("none", "create", "evolve")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
 _METRICS_KEYS = ("port", "host")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decode_error", "mode")
@@ -448,6 +451,7 @@ class TargetSettings(_RedactedRepr):
     shard_ddl: str = "stop"  # stop | skip: a shard's destructive DDL on a table that routes merge
     schema: str = ""
     retry_seconds: int = 300  # how long transient target faults are retried (0: never)
+    schema_evolution: str = "create"  # none | create | evolve (applier/evolve.py)
 
     def sqlalchemy_url(self) -> URL:
         """The effective URL, password resolved (``str()`` of a SQLAlchemy URL masks it; use
@@ -477,6 +481,7 @@ class TargetSettings(_RedactedRepr):
             "shard_ddl": self.shard_ddl,
             "schema": self.schema,
             "retry_seconds": self.retry_seconds,
+            "schema_evolution": self.schema_evolution,
         }
 
 
@@ -1022,6 +1027,7 @@ class _Parser:
         on_ddl = self.choice(d, p, "on_unsupported_ddl", ("stop", "skip"), "stop")
         on_apply = self.choice(d, p, "on_apply_error", APPLY_ERROR_POLICIES, "stop")
         shard_ddl = self.choice(d, p, "shard_ddl", ("stop", "skip"), "stop")
+        evolution = self.choice(d, p, "schema_evolution", SCHEMA_EVOLUTION, "create")
         retry = self.get(d, p, "retry_seconds", int, hint="retry_seconds = 300", default=300)
         if retry < 0:
             raise self.error("target.retry_seconds", f"must be >= 0 (0: never retry), got {retry}")
@@ -1039,6 +1045,7 @@ class _Parser:
             shard_ddl=shard_ddl,
             schema=schema,
             retry_seconds=retry,
+            schema_evolution=evolution,
         )
 
     def note_literal_password(self, text: str) -> None:

@@ -50,6 +50,12 @@ class Column:
     binary: bool = False
     generated: bool = False
     type_code: int | None = None  # Open Protocol type code / canal sqlType, where the protocol sends one
+    # The column's full MySQL type as the protocol declares it ("decimal(10,2) unsigned", "enum('a','b')",
+    # "varchar(64)"), where it carries more than the type name: what ``[target] schema_evolution`` creates the
+    # column as (applier/evolve.py parses it; it is never spliced into SQL). None: only ``type_name`` is known.
+    declared: str | None = None
+    # The type was guessed from a value (Debezium without schemas), not declared: never used to create a column.
+    inferred: bool = False
 
 
 @dataclass(slots=True)

@@ -180,6 +180,34 @@ def is_binary_type(type_name: str) -> bool:
     return type_name in BINARY_TYPES
 
 
+#: types whose one parameter is a length (characters, bytes or bits) and those whose parameter is fractional seconds
+LENGTH_TYPES = frozenset({"char", "varchar", "binary", "varbinary", "bit"})
+FSP_TYPES = frozenset({"datetime", "timestamp", "time"})
+
+
+def declared_type(base: str, *, length: int | None = None, scale: int | None = None,
+                  elements: tuple[str, ...] | list[str] = (), unsigned: bool = False) -> str | None:
+    """A column's full MySQL type from the parts a protocol sends separately (Simple's dataType, Avro's
+    connect.parameters, Debezium's parameters), as :attr:`applier.events.Column.declared`; None when the parts
+    add nothing to the type name. ``length`` is a length for :data:`LENGTH_TYPES` and the precision of DECIMAL;
+    ``scale`` is DECIMAL's scale and the fractional seconds of :data:`FSP_TYPES`. ENUM/SET members are written as
+    MySQL string literals (quotes doubled, backslashes escaped), so the text parses back to exactly them."""
+    params = ""
+    if base in ("enum", "set"):
+        if not elements:
+            return None
+        params = "(" + ",".join("'" + m.replace("\\", "\\\\").replace("'", "''") + "'" for m in elements) + ")"
+    elif base == "decimal" and length is not None:
+        params = f"({int(length)},{int(scale or 0)})"
+    elif base in LENGTH_TYPES and length is not None:
+        params = f"({int(length)})"
+    elif base in FSP_TYPES and scale is not None:
+        params = f"({int(scale)})"
+    if not params:
+        return None  # the type name and Column.unsigned say it all
+    return base + params + (" unsigned" if unsigned and base in NUMERIC_TYPES else "")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Parsers: text -> Python value. Each raises ValueError (usually ConversionError) or TypeError on bad input.
 # ---------------------------------------------------------------------------------------------------------

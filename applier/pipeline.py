@@ -465,6 +465,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         apply_error_policy=router.apply_error_policy,
         write_mode=router.write_mode,
         guard=guard, timer=timer, dialect=dialect, until_ts=until_ts,
+        schema_evolution=settings.target.schema_evolution,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]

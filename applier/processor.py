@@ -50,7 +50,7 @@ class BatchProcessor:
                  apply_error_policy=None, ddl_scope=None, guard: DriverDecodeGuard | None = None,
                  write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
-                 until_ts: int | None = None) -> None:
+                 until_ts: int | None = None, schema_evolution: str = "none") -> None:
         """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
         ``source.start_ts``, that TSO: :func:`applier.pipeline.seed_start_ts`). ``until_ts`` makes the gate release
         nothing committed after it (``applier run --until-ts``; gated protocols only)."""
@@ -78,7 +78,7 @@ class BatchProcessor:
                                on_apply_error=on_apply_error, apply_error_policy=apply_error_policy,
                                write_mode=write_mode,
                                replace_mode=not self.gate.gated,
-                               ddl_scope=ddl_scope, timer=timer)
+                               ddl_scope=ddl_scope, timer=timer, schema_evolution=schema_evolution)
         self.batches = 0
         self.totals = BatchReport()
         self._routed: dict[tuple[str, str], bool] = {}

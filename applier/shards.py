@@ -86,7 +86,7 @@ class ShardGuard:
             if not what:
                 # additive (ADD COLUMN, ADD INDEX, defaults, options): it applies once for every shard; the same
                 # ADD COLUMN from the next shard finds its columns there (MySQL has no ADD COLUMN IF NOT EXISTS)
-                if tr.alters == {"add_column"} and self._has_columns(schema, table, tr.added_columns):
+                if tr.alters == {"add_column"} and self.has_columns(schema, table, tr.added_columns):
                     return ALREADY_ADDED
                 continue
             where = f"schema {schema}" if not table else shown(schema, table)
@@ -94,7 +94,7 @@ class ShardGuard:
             return f"would {what} {where}, which the routes also fill from {', '.join(others[:5])}{more}"
         return ""
 
-    def _has_columns(self, schema: str, table: str, names: tuple[str, ...]) -> bool:
+    def has_columns(self, schema: str, table: str, names: tuple[str, ...]) -> bool:
         if not names:
             return False
         with self.engine.connect() as other:

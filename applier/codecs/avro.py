@@ -116,7 +116,7 @@ import orjson
 from applier import mysql_values as T
 from applier.codecs import checksum as CK
 from applier.codecs.registry import RegistryClient, RegistryError, SchemaNotFound
-from applier.codecs.base import Malformed, guarded_decode
+from applier.codecs.base import Malformed, allowed_members, guarded_decode
 from applier.events import (
     DDL,
     Column,
@@ -433,37 +433,25 @@ def _column_fields(fields: Any, where: str, *, top: bool) -> tuple[tuple[_Field,
                 f"{where} field {name!r}: tidb_type {tidb_type} cannot be Avro {avro_type} "
                 f"(TiCDC writes {' or '.join(sorted(spec.avro_types))})"
             )
+        elements = allowed_members(params.get("allowed", "")) if tidb_type in ("ENUM", "SET") else ()
         col = Column(name=name, type_name=spec.type_name, nullable=nullable, unsigned=spec.unsigned,
-                     binary=spec.binary)
-        elements = _allowed_members(params.get("allowed", "")) if tidb_type in ("ENUM", "SET") else ()
+                     binary=spec.binary, declared=_declared(spec.type_name, spec.unsigned, params, inner, elements))
         cols.append(_Field(name, col, _converter(tidb_type, avro_type, inner), tidb_type, avro_type, elements))
     if not cols:
         raise _Bad(f"{where} has no column fields")
     return tuple(cols), exts, before
 
 
-def _allowed_members(text: Any) -> tuple[str, ...]:
-    """ENUM/SET members from ``connect.parameters.allowed``: TiCDC joins them with "," after escaping a comma
-    inside a member as "\\," (pkg/sink/codec/common EscapeEnumAndSetOptions)."""
-    if not isinstance(text, str) or not text:
-        return ()
-    out: list[str] = []
-    cur: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and i + 1 < n and text[i + 1] == ",":
-            cur.append(",")
-            i += 2
-            continue
-        if ch == ",":
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    out.append("".join(cur))
-    return tuple(out)
+def _declared(base: str, unsigned: bool, params: dict, inner: Any, elements: tuple[str, ...]) -> str | None:
+    """The full MySQL type where the schema says more than the type name: DECIMAL's precision and scale (the
+    Avro decimal logical type), BIT's ``length`` parameter, ENUM/SET members."""
+    length = scale = None
+    if base == "decimal" and isinstance(inner, dict) and inner.get("logicalType") == "decimal":
+        length, scale = inner.get("precision"), inner.get("scale", 0)
+    elif base == "bit":
+        text = params.get("length")
+        length = int(text) if isinstance(text, str) and text.isdigit() and len(text) < 4 else None
+    return T.declared_type(base, length=length, scale=scale, elements=elements, unsigned=unsigned)
 
 
 def _strip_decimals(node: Any) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from applier.events import DecodeError, Event, KafkaMessage
 
@@ -26,3 +26,27 @@ def guarded_decode(protocol: str, decode: Callable[[KafkaMessage], list[Event]],
         raise DecodeError(msg.position, str(e), protocol=protocol) from None
     except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
         raise DecodeError(msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=protocol) from e
+
+
+def allowed_members(text: Any) -> tuple[str, ...]:
+    """ENUM/SET members from an ``allowed`` parameter (Avro connect.parameters, Debezium parameters): TiCDC joins them with "," after escaping a comma
+    inside a member as "\\," (pkg/sink/codec/common EscapeEnumAndSetOptions)."""
+    if not isinstance(text, str) or not text:
+        return ()
+    out: list[str] = []
+    cur: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and i + 1 < n and text[i + 1] == ",":
+            cur.append(",")
+            i += 2
+            continue
+        if ch == ",":
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    out.append("".join(cur))
+    return tuple(out)

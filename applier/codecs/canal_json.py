@@ -489,7 +489,7 @@ class CanalJSONDecoder:
         binary = base in T.BINARY_TYPES
         conv = _converter_for(base)
         col = Column(name=name, type_name=base, nullable=True, key=is_pk, unique=is_pk, unsigned=unsigned,
-                     binary=binary, generated=False, type_code=code)
+                     binary=binary, generated=False, type_code=code, declared=spec)
         if len(self._columns) >= _COLUMN_CACHE_LIMIT:
             self._columns.clear()
         hit = (col, conv)

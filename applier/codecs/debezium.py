@@ -86,7 +86,7 @@ from typing import Any, Callable
 import orjson
 
 from applier import mysql_values as T
-from applier.codecs.base import Malformed, guarded_decode
+from applier.codecs.base import Malformed, allowed_members, guarded_decode
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 __all__ = ["DebeziumDecoder", "PROTOCOL"]
@@ -359,8 +359,26 @@ def _field_column(f: Any, is_key: bool, tz: _dt.tzinfo, require_tidb: bool) -> t
         binary=type_name in T.BINARY_TYPES,
         generated=False,
         type_code=None,
+        declared=_declared(type_name, unsigned, f.get("parameters")),
     )
     return col, conv
+
+
+def _declared(base: str, unsigned: bool, params: Any) -> str | None:
+    """The full MySQL type where the field's parameters say more than the type name: ENUM/SET members
+    (``allowed``), BIT's ``length`` and a Connect Decimal's ``scale`` (its precision is not sent: the widest)."""
+    if type(params) is not dict:
+        params = {}
+    length = scale = None
+    if base == "bit":
+        text = params.get("length")
+        length = int(text) if type(text) is str and text.isdigit() and len(text) < 4 else None
+    elif base == "decimal":
+        text = params.get("scale")
+        if type(text) is str and text.isdigit() and len(text) < 3:
+            length, scale = 65, int(text)
+    members = allowed_members(params.get("allowed")) if base in ("enum", "set") else ()
+    return T.declared_type(base, length=length, scale=scale, elements=members, unsigned=unsigned)
 
 
 def _schemaless_type(v: Any) -> str:
@@ -654,7 +672,7 @@ class DebeziumDecoder:
                 t = _schemaless_type(v)
                 if order.get(name, "null") == "null":
                     order[name] = t
-        cols = tuple(Column(name=n, type_name=t, nullable=True, key=n in keys, unique=n in keys)
+        cols = tuple(Column(name=n, type_name=t, nullable=True, key=n in keys, unique=n in keys, inferred=True)
                      for n, t in order.items())
         return cols, {n: _conv_scalar for n in order}
 

@@ -320,6 +320,7 @@ def _parse_table_schema(raw: Any, avro: bool, what: str) -> _Entry:
     raw_idx = _get(raw, "indexes", (list,), what, None) or []
 
     cols: list[tuple[str, str, bool, bool, bool]] = []  # name, base type, nullable, unsigned, binary
+    declared: dict[str, str | None] = {}  # name -> full MySQL type (Column.declared)
     names: set[str] = set()
     for i, rc in enumerate(raw_cols):
         cw = f"{what} column {i}"
@@ -350,6 +351,7 @@ def _parse_table_schema(raw: Any, avro: bool, what: str) -> _Entry:
         elif base not in T.BINARY_TYPES:
             binary = False  # enum('binary') and the like: a name mentioning it, not a binary column
         cols.append((name, base, nullable, unsigned, binary))
+        declared[name] = _declared(dt, base, unsigned, f"{what} column {name!r}")
 
     primary: list[str] | None = None
     unique_cols: set[str] = set()
@@ -381,9 +383,25 @@ def _parse_table_schema(raw: Any, avro: bool, what: str) -> _Entry:
     convs: dict[str, Callable[[Any], Any]] = {}
     for name, base, nullable, unsigned, binary in cols:
         columns.append(Column(name=name, type_name=base, nullable=nullable, key=name in key_cols,
-                              unique=name in unique_cols, unsigned=unsigned, binary=binary))
+                              unique=name in unique_cols, unsigned=unsigned, binary=binary, declared=declared[name]))
         convs[name] = _converter(base, unsigned, binary)
     return _Entry(schema, table, version, table_id, tuple(columns), convs)
+
+
+def _declared(dt: dict, base: str, unsigned: bool, what: str) -> str | None:
+    """The full MySQL type from a dataType object: ``length`` is the length of CHAR/VARCHAR/BINARY/VARBINARY/BIT
+    and the precision of DECIMAL, ``decimal`` DECIMAL's scale and the fractional seconds of DATETIME/TIMESTAMP/
+    TIME, ``elements`` the ENUM/SET members (other types' ``length`` is a display width, not kept)."""
+    length, scale, elements = dt.get("length"), dt.get("decimal"), dt.get("elements")
+    if length is not None and type(length) is not int:
+        raise _Bad(f"{what}: 'length' must be an integer")
+    if scale is not None and type(scale) is not int:
+        raise _Bad(f"{what}: 'decimal' must be an integer")
+    if elements is not None and (type(elements) is not list or any(type(e) is not str for e in elements)):
+        raise _Bad(f"{what}: 'elements' must be a list of strings")
+    if base not in T.LENGTH_TYPES and base != "decimal":
+        length = None
+    return T.declared_type(base, length=length, scale=scale, elements=elements or (), unsigned=unsigned)
 
 
 # ---------------------------------------------------------------------------------------------------------

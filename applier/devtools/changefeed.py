@@ -67,18 +67,19 @@ CUSTOMERS_DDL = ("CREATE TABLE `customers` (`id` BIGINT NOT NULL, `email` VARCHA
 AUDIT_DDL = "CREATE TABLE `audit_log` (`id` INT NOT NULL PRIMARY KEY, `what` VARCHAR(64))"
 ALTER_DDL = "ALTER TABLE `orders` ADD COLUMN `status` VARCHAR(16) NULL"
 
+# (``declared``: the full types of the DDL above, which Simple's table schemas carry as TiCDC fills them)
 ORDERS_COLS = (
     Column("id", "int", nullable=False, key=True),
-    Column("customer", "varchar", nullable=False),
-    Column("amount", "decimal", nullable=False),
+    Column("customer", "varchar", nullable=False, declared="varchar(64)"),
+    Column("amount", "decimal", nullable=False, declared="decimal(12,2)"),
     Column("note", "text"),
-    Column("created", "datetime", nullable=False),
+    Column("created", "datetime", nullable=False, declared="datetime(6)"),
 )
-ORDERS_COLS_V2 = ORDERS_COLS + (Column("status", "varchar"),)
+ORDERS_COLS_V2 = ORDERS_COLS + (Column("status", "varchar", declared="varchar(16)"),)
 CUSTOMERS_COLS = (
     Column("id", "bigint", nullable=False, key=True),
-    Column("email", "varchar", nullable=False, unique=True),
-    Column("name", "varchar"),
+    Column("email", "varchar", nullable=False, unique=True, declared="varchar(128)"),
+    Column("name", "varchar", declared="varchar(64)"),
 )
 AUDIT_COLS = (Column("id", "int", nullable=False, key=True), Column("what", "varchar"))
 
@@ -139,7 +140,8 @@ class Workload:
 
 class _Gen:
     def __init__(self, protocol: str, partitions: int, seed: int, rows_per_message: int, *,
-                 registry: Any = None, topic_prefix: str | None = None, mid_stream: bool = False) -> None:
+                 registry: Any = None, topic_prefix: str | None = None, mid_stream: bool = False,
+                 omit_ddl: tuple[str, ...] = ()) -> None:
         from applier.devtools.encoders.open import encode_open, encode_open_batch
         self.protocol = protocol
         self.parts = partitions
@@ -157,6 +159,7 @@ class _Gen:
         # the protocols added after open/canal-json (none of this touches the rng, so those two stay as they were)
         self.ungated = protocol in UNGATED_PROTOCOLS
         self.mid_stream = mid_stream
+        self.omit_ddl = frozenset(k.upper() for k in omit_ddl)
         self.topic_prefix = topic_prefix
         self.table_cols: dict[str, tuple[Column, ...]] = dict(TABLE_COLS)
         self.schemas: dict[tuple[str, tuple[Column, ...]], TableSchema] = {}  # simple: (table, columns) -> schema
@@ -281,13 +284,18 @@ class _Gen:
     def ddl(self, table: str, query: str) -> None:
         ts = self.next_ts()
         self.wl.changes.append(DDL(SCHEMA, table, ts, query, SourcePosition("", 0, 0)))
+        omitted = query.split()[0].upper() in self.omit_ddl
+        if self.protocol in ("open", "canal-json") and omitted:
+            ev = DDL(SCHEMA, table, ts, query, SourcePosition("", 0, 0), ddl_type=3 if "CREATE" in query else 5)
+            self.wl.target_ddl.append((len(self.wl.messages), ev))
+            return
         if self.protocol not in ("open", "canal-json"):
             before = None if query.startswith("CREATE") else self.table_cols[table]
             after = TABLE_COLS[table] if before is None else ALTER_COLS[query]
             self.table_cols[table] = after
             self.ddl_schemas[(ts, table, query)] = (before, after)
             self.table_schema(table, after, version=ts)
-            carried = not (self.protocol == "avro" or (self.mid_stream and before is None))
+            carried = not (self.protocol == "avro" or (self.mid_stream and before is None) or omitted)
             if not carried:  # the operator applies it to the target (Workload.target_ddl)
                 ev = DDL(SCHEMA, table, ts, query, SourcePosition("", 0, 0), ddl_type=3 if before is None else 5)
                 self.wl.target_ddl.append((len(self.wl.messages), ev))
@@ -426,7 +434,8 @@ class _Gen:
 
 def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int = 7, replays: int = 3,
              with_ddl: bool = True, rows_per_message: int = 4, registry: Any = None,
-             topic_prefix: str | None = None, mid_stream: bool = False, bootstrap_every: int = 50) -> Workload:
+             topic_prefix: str | None = None, mid_stream: bool = False, bootstrap_every: int = 50,
+             omit_ddl: tuple[str, ...] = ()) -> Workload:
     """A complete changefeed: DDL, ``txns`` transactions with resolved ts at a cadence, replays, final resolved.
 
     ``protocol`` is one of :data:`PROTOCOLS` (see the module docstring). ``avro`` needs ``registry`` (an object
@@ -434,6 +443,8 @@ def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int =
     are registered while generating) and ``topic_prefix`` (its topics are ``<topic_prefix>-<table>``).
     Simple only: ``bootstrap_every`` transactions between periodic BOOTSTRAPs (0: none besides the first),
     ``mid_stream`` to leave out the CREATE TABLEs and the first BOOTSTRAP (they go to ``target_ddl``).
+    ``omit_ddl``: statement kinds ("CREATE", "ALTER") the stream leaves out (they go to ``target_ddl``), as when a
+    changefeed starts after them; the rows still carry the columns they add (schema from the stream).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
@@ -443,7 +454,7 @@ def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int =
     if mid_stream and not simple:
         raise ValueError("mid_stream is for the simple protocol (the only one that holds rows for a schema)")
     g = _Gen(protocol, partitions, seed, rows_per_message, registry=registry, topic_prefix=topic_prefix,
-             mid_stream=mid_stream)
+             mid_stream=mid_stream, omit_ddl=omit_ddl)
     if with_ddl:
         g.ddl("orders", ORDERS_DDL)
         g.ddl("customers", CUSTOMERS_DDL)

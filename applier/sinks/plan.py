@@ -183,7 +183,8 @@ def _writable_row(meta: TableMeta, ch: RowChange) -> dict[str, Any]:
         raise ApplyError(
             f"{ch.op.value} on upstream table {ch.schema}.{ch.table} at {ch.position} has column(s) "
             f"{', '.join(repr(c) for c in unknown)} that target table {meta.display} lacks: apply the upstream "
-            "DDL to the target (or let the applier replicate DDL), then restart"
+            "DDL to the target (or let the applier replicate DDL, or set [target] schema_evolution = \"evolve\" to add "
+            "columns from the stream), then restart"
         )
     # Only columns generated on the *target* are skipped: a column generated upstream can be a plain
     # column downstream (PostgreSQL cannot take MySQL's expressions), and then its value must be written.
@@ -244,7 +245,8 @@ def _old_row(meta: TableMeta, ch: RowChange, match_cols: tuple[str, ...], known:
     if unknown:
         raise ApplyError(
             f"{what} has column(s) {', '.join(repr(c) for c in unknown)} that target table {meta.display} lacks: "
-            "apply the upstream DDL to the target (or let the applier replicate DDL), then restart")
+            "apply the upstream DDL to the target (or let the applier replicate DDL, or set [target] schema_evolution = \"evolve\" to add "
+            "columns from the stream), then restart")
     return {c: image[c] for c in match_cols}
 
 

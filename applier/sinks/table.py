@@ -43,8 +43,12 @@ def shown(*parts: str | None) -> str:
     return ".".join(p if p.isprintable() else p.encode("unicode_escape").decode("ascii") for p in parts if p)
 
 
+class MissingTable(ApplyError):
+    """The target table does not exist (``[target] schema_evolution`` may create it)."""
+
+
 def missing_table(schema: str | None, name: str) -> ApplyError:
-    return ApplyError(
+    return MissingTable(
         f"target table {shown(schema, name)} does not exist: replicate its CREATE TABLE "
         "(start the changefeed before the table is created) or create it in the target before the applier "
         "reaches its rows"

@@ -425,3 +425,29 @@ def test_a_table_not_ready_for_its_mode_stops_with_the_statements_that_make_it_r
             proc().process(batch("bare", 2))
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("target", ["mariadb", "postgres"])
+def test_moded_tables_made_from_the_stream_get_their_mode(urls, spark, unique, drop_schema, tmp_path, target) -> None:
+    """The changefeed without its CREATE TABLEs (a replica started mid-way): ``schema_evolution = "create"`` (the
+    default) makes both tables from the rows, and the route mode then gives them its columns and key, so the
+    target matches the same reference as when the CREATE TABLEs were replicated."""
+    topic = f"e2e-modes-made-{target}-{unique}"
+    upschema, schema = f"up_{unique}", f"made_{unique}"
+    drop_schema((target, schema))
+    up, _ = changefeed(upschema)
+
+    def create_table(key: bytes | None, value: bytes | None) -> bool:  # an Open Protocol batch of one DDL
+        return b'"t":2' in (key or b"") and b"CREATE TABLE" in (value or b"")
+
+    messages = [m for m in up.messages if not create_table(m[1], m[2])]
+    assert len(messages) < len(up.messages)
+    produce(urls.kafka, topic, messages, partitions=PARTITIONS)
+    engine = create_engine(target_url(urls, target))
+    try:
+        cfg = parse_config(config(urls, target, topic, upschema, schema, tmp_path / "m", f"modes-m-{unique}"))
+        assert cfg.target.schema_evolution == "create"
+        run(cfg, until_caught_up=True, spark=spark, progress=False)
+        check(engine, schema, up)
+    finally:
+        engine.dispose()

@@ -100,8 +100,8 @@ def test_docs_examples(vectors, dec):
                        "c_smallint": 32767, "c_tinyint": 127, "id": 2}
     assert e.key_columns == ("id",)
     cols = {c.name: c for c in e.columns}
-    assert cols["c_tinyint"] == Column("c_tinyint", "tinyint", nullable=True, type_code=-6)
-    assert cols["id"] == Column("id", "int", nullable=True, key=True, unique=True, type_code=4)
+    assert cols["c_tinyint"] == Column("c_tinyint", "tinyint", nullable=True, type_code=-6, declared="tinyint")
+    assert cols["id"] == Column("id", "int", nullable=True, key=True, unique=True, type_code=4, declared="int")
 
     assert dec.decode(jmsg(watermark["message"])) == [Resolved(ts=429918007904436226, position=POS)]
 

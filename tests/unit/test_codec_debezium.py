@@ -275,7 +275,7 @@ def test_codec_test_vectors_decode(vectors, dec, flavour):
                                                                              None, {"tiny": 1})
         assert e.key_columns == ("tiny",)
     assert ins.columns == (Column("tiny", "smallint", nullable=key_nullable, key=True, unique=True),)
-    assert ins_noschema.columns == (Column("tiny", "bigint", nullable=True, key=True, unique=True),)
+    assert ins_noschema.columns == (Column("tiny", "bigint", nullable=True, key=True, unique=True, inferred=True),)
     for e in (upd_noschema, upd):
         assert (e.op, e.before, e.after, e.commit_ts) == (Op.UPDATE, {"tiny": 2}, {"tiny": 1}, 1)
     # DebeziumOutputOldValue=false: an update without 'before' (applied as an upsert)

@@ -156,10 +156,11 @@ def mysql_type_full(col: Column, full_type: str | None = None) -> str:
     """The ``mysqlType`` TiCDC writes with ``content-compatible=true``: the full column type as TiDB prints it
     ("int(10) unsigned", "decimal(10,2)", "varchar(255)", "enum('a','b')").
 
-    ``full_type`` (the column's real type) wins. Otherwise MySQL's default display width is used for integer,
+    ``full_type`` (the column's real type) wins, then the column's own ``declared`` type. Otherwise MySQL's default display width is used for integer,
     DECIMAL, BIT, YEAR, CHAR and BINARY; VARCHAR/VARBINARY have no default length and get a placeholder 255,
     ENUM/SET their bare names (the member list is not in the event model).
     """
+    full_type = full_type or col.declared
     if full_type:
         return full_type.lower()
     name = _real_type_name(col)

@@ -239,11 +239,35 @@ def _table_schema_json(ts: TableSchema, table_id: int) -> dict:
         length = _DEFAULT_LENGTH.get(base, 0)
         if length:
             dt["length"] = length
+        dt.update(_declared_parts(c))
         if c.unsigned and base in _NUMERIC_SCHEMA_TYPES:
             dt["unsigned"] = True
         columns.append({"name": c.name, "dataType": dt, "nullable": c.nullable, "default": None})
     return {"schema": ts.schema, "table": ts.table, "tableID": table_id, "version": ts.version,
             "columns": columns, "indexes": _indexes(ts.columns)}
+
+
+def _declared_parts(c: Column) -> dict[str, Any]:
+    """dataType's ``length``/``decimal``/``elements`` from the column's declared full type (as TiCDC fills them
+    from the real column type: DECIMAL(12,2) -> length 12, decimal 2; DATETIME(6) -> decimal 6)."""
+    if not c.declared:
+        return {}
+    from applier.ddl.lexer import Cursor, Statement
+    from applier.ddl.syntax import parse_type
+
+    t = parse_type(Cursor(Statement.lex(c.declared).sig))
+    args = [int(a) for a in t.args]
+    out: dict[str, Any] = {}
+    if t.name in ("enum", "set"):
+        out["elements"] = list(t.values)
+    elif t.name == "decimal" and args:
+        out["length"] = args[0]
+        out["decimal"] = args[1] if len(args) > 1 else 0
+    elif t.name in T.FSP_TYPES and args:
+        out["decimal"] = args[0]
+    elif t.name in T.LENGTH_TYPES and args:
+        out["length"] = args[0]
+    return out
 
 
 def _indexes(columns: tuple[Column, ...]) -> list[dict]:
@@ -268,8 +292,9 @@ def _table_schema_avro(ts: TableSchema, table_id: int) -> dict:
         jd = jc["dataType"]
         numeric = base in _NUMERIC_SCHEMA_TYPES
         dt = {"mysqlType": jd["mysqlType"], "charset": jd["charset"], "collate": jd["collate"],
-              "length": jd.get("length", 0), "decimal": 0 if base in ("decimal", "timestamp") else None,
-              "elements": None, "unsigned": c.unsigned if numeric else None,
+              "length": jd.get("length", 0),
+              "decimal": jd.get("decimal", 0 if base in ("decimal", "timestamp") else None),
+              "elements": jd.get("elements"), "unsigned": c.unsigned if numeric else None,
               "zerofill": False if numeric else None}
         cols.append({"name": c.name, "dataType": dt, "nullable": c.nullable, "default": None})
     return {"database": ts.schema, "table": ts.table, "tableID": table_id, "version": _i64(ts.version),
