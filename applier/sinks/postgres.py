@@ -82,22 +82,10 @@ class PostgresSink(Sink):
         conn.info["applier_stages"] = set(state)  # staging tables created after the savepoint are gone
 
     def _stage(self, conn: Connection, meta: TableMeta, kind: str, cols: tuple[str, ...]) -> tuple[Table, str]:
-        digest = hashlib.sha1(f"{meta.schema}\x00{meta.name}\x00{kind}\x00{','.join(cols)}".encode()).hexdigest()[:16]
-        name = f"applier_{kind}_{digest}"
-        stage = Table(name, MetaData(), *(Column(c, NullType) for c in cols))
-        prep = conn.dialect.identifier_preparer
-        created: set[str] = conn.info.setdefault("applier_stages", set())
-        qname = prep.quote(name)
-        if name in created:
-            conn.exec_driver_sql(f"TRUNCATE {qname}")
-        else:
-            src = prep.format_table(meta.table)
-            collist = ", ".join(prep.quote(c) for c in cols)
-            conn.exec_driver_sql(
-                f"CREATE TEMPORARY TABLE {qname} ON COMMIT DROP AS SELECT {collist} FROM {src} WITH NO DATA"
-            )
-            created.add(name)
-        return stage, name
+        """The transaction's staging table of ``kind`` for these columns of the target (see :meth:`_mode_stage`),
+        and a Table of it for SQLAlchemy statements."""
+        name = self._mode_stage(conn, meta, kind, [(c, c) for c in cols])
+        return Table(name, MetaData(), *(Column(c, NullType) for c in cols)), name
 
     def _copy(self, conn: Connection, name: str | tuple[str, ...], cols: tuple[str, ...],
               rows: list[tuple[Any, ...]], oids: list[int] | None = None) -> None:
@@ -272,8 +260,9 @@ class PostgresSink(Sink):
                 self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
 
     def _mode_stage(self, conn: Connection, meta: TableMeta, kind: str, select_list: list[tuple[str, str]]) -> str:
-        """A staging table like :meth:`_stage`'s whose columns are ``(source column, name)`` pairs of the target's
-        columns (one column may be staged twice under two names); its name."""
+        """An ``ON COMMIT DROP`` temporary table shaped like the target's columns, as ``(source column, name)``
+        pairs (one column may be staged twice under two names): created once per transaction and shape, emptied
+        when used again; its name."""
         spec = ",".join(f"{src}>{alias}" for src, alias in select_list)
         digest = hashlib.sha1(f"{meta.schema}\x00{meta.name}\x00{kind}\x00{spec}".encode()).hexdigest()[:16]
         name = f"applier_{kind}_{digest}"
