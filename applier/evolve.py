@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from applier.ddl.lexer import Cursor, LexError, Statement
 from applier.ddl.mysql import mysql_quote_ident
@@ -174,7 +174,7 @@ def create_table_sql(schema: str, table: str, columns: Sequence[Column],
     route mode's own columns; ``key``: the primary key when it is not the columns' key flags (route modes)."""
     _check_names(schema, table, columns)
     keys = tuple(c.name for c in columns if c.key) if key is None else tuple(key)
-    parts = [column_sql(c, key=c.name in keys) for c in columns]
+    parts = [_named(schema, table, c, lambda c: column_sql(c, key=c.name in keys)) for c in columns]
     parts += [f"{mysql_quote_ident(n)} {t} {'NULL' if null else 'NOT NULL'}" for n, t, null in extra]
     if keys:
         parts.append("PRIMARY KEY (" + ", ".join(mysql_quote_ident(k) for k in keys) + ")")
@@ -184,8 +184,17 @@ def create_table_sql(schema: str, table: str, columns: Sequence[Column],
 def add_columns_sql(schema: str, table: str, columns: Sequence[Column]) -> str:
     """``ALTER TABLE ... ADD COLUMN`` for columns the stream has and the target lacks (always nullable)."""
     _check_names(schema, table, columns)
-    adds = ", ".join(f"ADD COLUMN {column_sql(c, key=False, nullable=True)}" for c in columns)
+    adds = ", ".join(_named(schema, table, c, lambda c: f"ADD COLUMN {column_sql(c, key=False, nullable=True)}")
+                     for c in columns)
     return f"ALTER TABLE {_table(schema, table)} {adds}"
+
+
+def _named(schema: str, table: str, col: Column, render: Callable[[Column], str]) -> str:
+    """``render(col)``, a refusal naming the upstream table and the column."""
+    try:
+        return render(col)
+    except SchemaRefused as exc:
+        raise SchemaRefused(f"column {col.name!r} of upstream table {schema}.{table}: {exc}") from None
 
 
 def _check_names(schema: str, table: str, columns: Sequence[Column]) -> None:

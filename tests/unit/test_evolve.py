@@ -83,6 +83,8 @@ def test_key_strings_of_unknown_length_fit_a_mysql_key() -> None:
 def test_what_cannot_be_created_is_refused() -> None:
     with pytest.raises(E.SchemaRefused, match="without the list of members"):
         E.render_type(E.stream_type(Column("e", "enum")))  # Open Protocol: ordinals only
+    with pytest.raises(E.SchemaRefused, match="^column 'e' of upstream table shop.items: the stream sends ENUM"):
+        E.needed("create", row(COLS[:1] + (Column("e", "enum"),)), None, dialect="mariadb")
     with pytest.raises(E.SchemaRefused, match="outside MySQL's DECIMAL"):
         E.render_type(E.stream_type(Column("d", "decimal", declared="decimal(90,2)")))
     with pytest.raises(E.SchemaRefused, match="cannot be a MySQL/TiDB name"):
