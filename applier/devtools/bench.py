@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import pstats
-import re
 import resource
 import shutil
 import sys
@@ -41,14 +40,15 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import datetime as dt
 
-from applier.timing import StageTimer
+from applier.devtools.bench_parts import (StageClock, _count, applied_resolved_ts, delete_topic, drop_schema,
+                                         human_bytes, parse_rates, produce_stream, safe_name, system_cpu_ticks,
+                                         target_checksums)
 
 PROTOCOLS = ("open", "canal-json")
 TARGETS = ("mariadb", "postgres")
@@ -59,23 +59,6 @@ BULK_CHUNK_ROWS = 50_000
 # ---------------------------------------------------------------------------------------------------------
 # Arguments and pure helpers
 # ---------------------------------------------------------------------------------------------------------
-
-def _count(text: str) -> int:
-    """An event count: 2000000, 2_000_000, 2M, 500k."""
-    s = text.strip().lower().replace("_", "")
-    mult = 1
-    if s.endswith("k"):
-        mult, s = 1_000, s[:-1]
-    elif s.endswith("m"):
-        mult, s = 1_000_000, s[:-1]
-    try:
-        value = float(s) * mult
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 2000000, 2_000_000, 2M, 500k)") from None
-    if value < 0 or value != int(value):
-        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
-    return int(value)
-
 
 def parse_mix(text: str) -> tuple[float, float, float]:
     """``insert=50,update=35,delete=15`` or ``50,35,15`` -> normalised weights (insert, update, delete)."""
@@ -129,7 +112,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="FILE", help="cProfile every micro-batch into FILE (pstats) and print the top")
     p.add_argument("--keep", action="store_true", help="keep the topic and the target schema")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    live = p.add_argument_group("live mode, start-up and small batches (applier.devtools.bench_live; uses the "
+                                "running services named by APPLIER_KAFKA / APPLIER_*_URL, starts none)")
+    live.add_argument("--live", type=_count, metavar="RATE",
+                      help="produce RATE row changes/s (resolved ts every second) while `applier run` applies in "
+                           "live mode; report staleness p50/p95/p99")
+    live.add_argument("--duration", type=float, default=60.0, metavar="S", help="measured seconds of a live run (60)")
+    live.add_argument("--warmup", type=float, default=15.0, metavar="S",
+                      help="seconds produced and applied before the measurement starts (query start-up; 15)")
+    live.add_argument("--sweep", type=_rates, metavar="RATES",
+                      help="live runs at each rate (e.g. 5k,10k,20k,30k) up to the first whose p99 >= 2 s; "
+                           "reports the highest rate under 2 s")
+    live.add_argument("--repeat", type=int, default=1, help="live runs per rate (same Spark session)")
+    live.add_argument("--trigger-interval", default=None, metavar="TEXT",
+                      help='[pipeline] trigger_interval for live runs (default: the product default, "1 second")')
+    live.add_argument("--no-verify", dest="verify", action="store_false",
+                      help="live: skip the catch-up and the checksum comparison after the stop")
+    live.add_argument("--startup", type=int, metavar="N",
+                      help="time N fresh processes from start to the first applied transaction, by phase")
+    live.add_argument("--micro-batch", type=int, metavar="N",
+                      help="apply N one-row transactions one message per micro-batch; per-batch cost by stage, "
+                           "and Spark alone on the same batches")
     return p
+
+
+def _rates(text: str) -> list[int]:
+    return parse_rates(text)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -162,16 +170,6 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or not b:
         return None
     return a / b
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
 
 
 def _num(v: float | None, fmt: str = ",.0f") -> str:
@@ -220,11 +218,6 @@ def descendants(ppids: Mapping[int, int], root: int) -> set[int]:
     return out
 
 
-def safe_name(text: str) -> str:
-    """A lower-case identifier from free text (topic and schema names)."""
-    return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Memory: the driver (this process) and its children (the Spark JVM, any Python workers)
 # ---------------------------------------------------------------------------------------------------------
@@ -269,17 +262,6 @@ def _cpu_ticks(pid: int | str) -> int:
         return int(f[11]) + int(f[12])
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def system_cpu_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
-    try:
-        with open("/proc/stat") as fh:
-            f = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0, 0
-    idle = f[3] + (f[4] if len(f) > 4 else 0)
-    return sum(f) - idle, sum(f)
 
 
 def service_cpu_ticks() -> dict[str, int]:
@@ -376,50 +358,6 @@ class ProcSampler(threading.Thread):
 # Stage timing: wrappers installed around the pipeline for the length of one run
 # ---------------------------------------------------------------------------------------------------------
 
-class StageClock(StageTimer):
-    """The pipeline's stage timer (:mod:`applier.timing`) for one benchmark run: sums per stage, row counts, when
-    the first batch started, and the profilers switched on around the Spark thread's ``on_batch`` and the apply
-    thread's ``process`` (cProfile follows only the thread that enables it)."""
-
-    def __init__(self, profiler: cProfile.Profile | None = None,
-                 apply_profiler: cProfile.Profile | None = None) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
-        self.counts: dict[str, int] = defaultdict(int)
-        self.first_batch_at: float | None = None
-        self.profilers = {"on_batch": profiler, "process": apply_profiler}
-
-    @property
-    def rows_upserted(self) -> int:
-        return self.counts["rows_upserted"]
-
-    @property
-    def rows_deleted(self) -> int:
-        return self.counts["rows_deleted"]
-
-    def add(self, stage: str, seconds: float) -> None:
-        self.seconds[stage] += seconds
-        self.calls[stage] += 1
-
-    def count(self, what: str, n: int) -> None:
-        self.counts[what] += n
-
-    @contextmanager
-    def span(self, stage: str) -> Iterator[None]:
-        prof = self.profilers.get(stage)
-        t = time.perf_counter()
-        if stage == "on_batch" and self.first_batch_at is None:
-            self.first_batch_at = t
-        if prof is not None:
-            prof.enable()
-        try:
-            yield
-        finally:
-            if prof is not None:
-                prof.disable()
-            self.add(stage, time.perf_counter() - t)
-
-
 def stage_split(wall: float, clock: StageClock, processor_seconds: Mapping[str, float]) -> list[dict[str, Any]]:
     """The wall time of ``run()`` cut into stages, twice: once for the Spark thread (which reads) and once for
     the apply thread (which decodes, orders and writes). The two run at the same time (applier/handoff.py), so
@@ -468,40 +406,6 @@ def stage_split(wall: float, clock: StageClock, processor_seconds: Mapping[str, 
 # Kafka: produce from the generator, and the raw read rate
 # ---------------------------------------------------------------------------------------------------------
 
-def produce_stream(bootstrap: str, topic: str, messages: Iterable[tuple[int, bytes | None, bytes]], *,
-                   partitions: int, log=None) -> tuple[int, int]:
-    """Create ``topic`` and write the messages with their partitions; a bounded producer queue keeps the
-    driver's memory flat whatever the workload size. Returns (messages, bytes)."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
-    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
-                     "compression.type": "lz4", "message.max.bytes": 10_000_000,
-                     "queue.buffering.max.kbytes": 65536, "batch.size": 1_000_000})
-    n = nbytes = 0
-    t0 = last = time.monotonic()
-    for part, key, value in messages:
-        while True:
-            try:
-                prod.produce(topic, value=value, key=key, partition=part)
-                break
-            except BufferError:
-                prod.poll(0.05)
-        n += 1
-        nbytes += len(value) + (len(key) if key else 0)
-        if n % 5000 == 0:
-            prod.poll(0)
-            if log and time.monotonic() - last > 10:
-                last = time.monotonic()
-                log(f"  produced {n:,} messages ({human_bytes(nbytes)}) in {last - t0:.0f} s")
-    left = prod.flush(120)
-    if left:
-        raise RuntimeError(f"{left} message(s) to {topic} were not acknowledged by {bootstrap}")
-    return n, nbytes
-
-
 def kafka_read_rate(bootstrap: str, topic: str, partitions: int) -> dict[str, Any]:
     """Read every message of ``topic`` from the beginning to the end offsets with one consumer, count them."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -537,51 +441,9 @@ def kafka_read_rate(bootstrap: str, topic: str, partitions: int) -> dict[str, An
             "bytes_per_s": rate(nbytes, secs)}
 
 
-def delete_topic(bootstrap: str, topic: str) -> str | None:
-    """Delete the benchmark's topic; returns why it could not be deleted (None when it was)."""
-    from confluent_kafka.admin import AdminClient
-    try:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.delete_topics([topic], operation_timeout=60)[topic].result(90)
-        return None
-    except Exception as exc:  # best effort: report, do not fail the run
-        return f"{type(exc).__name__}: {exc}"
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Target: checksum of the replica, raw bulk load
 # ---------------------------------------------------------------------------------------------------------
-
-def target_checksums(engine, schema: str, tables: Iterable[str]) -> dict[str, Any]:
-    """Per table, the checksum of its rows, streamed from the target (server-side cursor)."""
-    from sqlalchemy import select
-
-    from applier.dialect import dialect_for
-    from applier.devtools.bench_stream import TableChecksum
-
-    sink = dialect_for(engine).writer()
-    out = {}
-    for t in tables:
-        cs = TableChecksum()
-        with engine.connect() as conn:
-            meta = sink.reflect(conn, schema, t)
-            result = conn.execution_options(stream_results=True, yield_per=20_000).execute(select(meta.table))
-            for row in result.mappings():
-                cs.add(row)
-        out[t] = cs
-    return out
-
-
-def applied_resolved_ts(engine, pipeline: str) -> int | None:
-    try:
-        from sqlalchemy import select
-
-        from applier import progress as P
-        with engine.connect() as conn:
-            return conn.execute(select(P.pipelines.c.applied_ts).where(P.pipelines.c.pipeline == pipeline)).scalar()
-    except Exception:
-        return None
-
 
 def _bulk_rows(n: int, seed: int) -> Iterator[list[tuple[Any, ...]]]:
     from applier.devtools.bench_stream import BENCH_COLUMN_NAMES, bench_row
@@ -683,15 +545,6 @@ def bulk_load_mysql(url, schema: str, like: str, n: int, seed: int) -> dict[str,
                       "primary key", "rows": loaded, "seconds": round(total, 3), "rows_per_s": rate(loaded, total),
             "format_seconds": round(fmt, 3), "load_seconds": round(load, 3),
             "load_only_rows_per_s": rate(loaded, load)}
-
-
-def drop_schema(engine, schema: str) -> None:
-    prep = engine.dialect.identifier_preparer
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {prep.quote_schema(schema)} CASCADE")
-        else:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {prep.quote_identifier(schema)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1034,6 +887,15 @@ def format_report(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.live or a.sweep or a.startup or a.micro_batch:
+        from applier.devtools import bench_live
+        if a.startup:
+            return bench_live.run_startup(a)
+        if a.micro_batch:
+            return bench_live.run_micro_batches(a)
+        if a.max_offsets_per_trigger == 200_000:  # the batch benchmark's default; live runs keep the product's
+            a.max_offsets_per_trigger = None
+        return bench_live.main_live(a)
     try:
         result = run_bench(a)
     except KeyboardInterrupt:

@@ -229,6 +229,26 @@ class BenchWorkload:
         if self._used:
             raise RuntimeError("BenchWorkload.messages() can be iterated once")
         self._used = True
+        self._begin()
+        yield from self._drain()
+
+        big_at = (self.events - self.big_txn_rows) * 2 // 5 if self.big_txn_rows else -1
+        done = 0
+        small_budget = self.events - self.big_txn_rows
+        while done < small_budget or big_at >= 0:
+            if big_at >= 0 and done >= big_at:
+                yield from self._big_txn()
+                big_at = -1
+            elif done < small_budget:
+                done += self._txn(min(self._txn_size(), small_budget - done))
+            self._after_txn()
+            yield from self._drain()
+        self._end()
+        yield from self._drain()
+
+    def _begin(self) -> None:
+        """State for one pass, then the CREATE TABLEs (broadcast) and a first resolved ts, left in ``self.out``.
+        Shared with the live benchmark (``applier.devtools.bench_live``), which drives the transactions itself."""
         from applier.devtools.encoders.canal_json import encode_canal_json
         from applier.devtools.encoders.open import encode_open, encode_open_batch
 
@@ -251,23 +271,12 @@ class BenchWorkload:
                 self._emit_single(p, DDL(self.schema, t.name, ts, bench_table_ddl(t.name), self.positions[p], ddl_type=3))
                 self.stats.ddl_messages += 1
         self._resolved()
-        yield from self._drain()
 
-        big_at = (self.events - self.big_txn_rows) * 2 // 5 if self.big_txn_rows else -1
-        done = 0
-        small_budget = self.events - self.big_txn_rows
-        while done < small_budget or big_at >= 0:
-            if big_at >= 0 and done >= big_at:
-                yield from self._big_txn()
-                big_at = -1
-            elif done < small_budget:
-                done += self._txn(min(self._txn_size(), small_budget - done))
-            self._after_txn()
-            yield from self._drain()
+    def _end(self) -> None:
+        """The last resolved ts (left in ``self.out``), ``final_ts`` and ``expected``."""
         self._flush_all()
         self.ts_ms += 1
         self._resolved()
-        yield from self._drain()
         self.final_ts = tso(self.ts_ms, 0x3FFFF)
         self.expected = {t.name: t.checksum for t in self.tables}
 

@@ -1,0 +1,142 @@
+"""The live benchmark's pure parts (no services): TSO math, the pacer, percentiles and the staleness windows.
+The runs themselves are ``python -m applier.devtools.bench --live/--startup/--micro-batch`` (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from applier.devtools import bench_live as L
+from applier.devtools.bench import parse_args
+
+
+def test_tso_round_trip() -> None:
+    ts = L.compose_tso(1_700_000_000_123, 5)
+    assert L.physical_ms(ts) == 1_700_000_000_123
+    assert ts & L.MAX_LOGICAL == 5
+    with pytest.raises(ValueError):
+        L.compose_tso(1, L.MAX_LOGICAL + 1)
+
+
+def test_tso_clock_commit_ts_increase_and_never_at_or_below_a_resolved_ts() -> None:
+    c = L.TsoClock()
+    a = c.commit_ts(1000)
+    b = c.commit_ts(1000)  # same millisecond: logical part grows
+    assert b > a and L.physical_ms(b) == 1000
+    r = c.resolved_ts(1000)
+    assert r > b and r == L.compose_tso(1000, L.MAX_LOGICAL)
+    after = c.commit_ts(1000)  # the wall clock has not moved: next millisecond
+    assert after > r and L.physical_ms(after) == 1001
+    assert c.commit_ts(999) > after  # a clock going back never makes a smaller ts
+    r2 = c.resolved_ts(995)
+    assert r2 >= after and r2 > r
+
+
+def test_tso_clock_logical_overflow_moves_to_the_next_millisecond() -> None:
+    c = L.TsoClock()
+    c.commit_ts(5)
+    c.logical = L.MAX_LOGICAL - 1
+    ts = c.commit_ts(5)
+    assert L.physical_ms(ts) == 6 and ts & L.MAX_LOGICAL == 1
+
+
+def test_pacer() -> None:
+    p = L.Pacer(1000, start=100.0)
+    assert p.due(500) == pytest.approx(100.5)
+    assert p.delay(500, 100.2) == pytest.approx(0.3)
+    assert p.delay(500, 101.0) == 0.0
+    assert p.lateness(500, 101.0) == pytest.approx(0.5)
+    assert p.lateness(500, 100.0) == 0.0
+    with pytest.raises(ValueError):
+        L.Pacer(0, 0.0)
+
+
+def test_percentiles_like_numpy_linear() -> None:
+    v = [1.0, 2.0, 3.0, 4.0]
+    assert L.percentile(v, 50) == pytest.approx(2.5)
+    assert L.percentile(v, 0) == 1.0 and L.percentile(v, 100) == 4.0
+    assert L.percentile(list(map(float, range(101))), 99) == pytest.approx(99.0)
+    assert L.percentile([], 50) is None
+    assert L.percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError):
+        L.percentile(v, 101)
+    s = L.summarize([3.0, 1.0, 2.0])
+    assert (s["n"], s["p50"], s["max"], s["mean"]) == (3, 2.0, 3.0, 2.0)
+    assert L.summarize([])["p99"] is None
+
+
+def _c(wall: float, ms: int, rows: int = 1) -> L.Commit:
+    return L.Commit(wall, L.compose_tso(ms, L.MAX_LOGICAL), rows, 1)
+
+
+def test_staleness_per_commit_counts_only_commits_that_moved_the_applied_ts() -> None:
+    commits = [_c(10.5, 10_000), _c(10.7, 10_000, 0), _c(11.4, 11_000), _c(12.9, 12_000), _c(30.0, 13_000)]
+    stale, age = L.staleness_per_commit(commits, lo=10.0, hi=20.0)
+    assert stale == pytest.approx([0.5, 0.4, 0.9])
+    assert age == pytest.approx([1.4, 1.9])  # commit time - the previously applied resolved ts
+
+
+def test_staleness_per_resolved_covers_skipped_and_unapplied_resolved_ts() -> None:
+    resolved = [L.compose_tso(ms, L.MAX_LOGICAL) for ms in (9_000, 10_000, 11_000, 12_000, 13_000)]
+    commits = [_c(10.3, 10_000), _c(12.5, 12_000)]  # 11_000 was applied by the commit that applied 12_000
+    vals, censored = L.staleness_per_resolved(resolved, commits, lo=10.0, stop=13.5)
+    assert vals == pytest.approx([0.3, 1.5, 0.5, 0.5])  # 13_000 unapplied at 13.5: counts 0.5 (a lower bound)
+    assert censored == 1
+
+
+def test_highest_rate_under_stops_at_the_first_miss() -> None:
+    assert L.highest_rate_under({5000: 1.1, 10000: 1.6, 20000: 2.4, 30000: 1.9}) == 10000
+    assert L.highest_rate_under({5000: 2.5}) is None
+    assert L.highest_rate_under({5000: None, 10000: 1.0}) is None
+
+
+def test_live_arguments() -> None:
+    a = parse_args(["--live", "5k", "--duration", "300", "--target", "mariadb"])
+    assert (a.live, a.duration, a.warmup, a.verify, a.sweep) == (5000, 300.0, 15.0, True, None)
+    a = parse_args(["--sweep", "30k,5k,10k", "--no-verify"])
+    assert a.sweep == [5000, 10000, 30000] and not a.verify
+    with pytest.raises(SystemExit):
+        parse_args(["--sweep", "0"])
+
+
+def test_live_workload_paces_wall_clock_timestamps() -> None:
+    now = [1_700_000_000_000]
+    LiveWorkload = L._live_workload_class()
+    wl = LiveWorkload("canal-json", tables=2, partitions=2, seed=3, clock=lambda: now[0])
+    first = wl.begin()
+    assert len(first) == 2 * 2 + 2  # CREATE TABLE per table and partition, then a resolved ts per partition
+    first_resolved = wl.resolved_log[-1][0]
+    n, msgs = wl.transaction()
+    assert n >= 1 and len(msgs) >= n
+    now[0] += 1000
+    n2, msgs2 = wl.transaction()  # a second has passed: a resolved ts follows the transaction on every partition
+    assert wl.resolved_log[-1][0] > first_resolved
+    assert L.physical_ms(wl.resolved_log[-1][0]) == now[0]
+    end = wl.end()
+    assert len(end) == 2 and wl.final_ts == wl.resolved_log[-1][0]
+    assert sum(cs.rows for cs in wl.expected.values()) >= 1
+
+
+def test_live_clock_sums_the_apply_threads_stages_per_batch() -> None:
+    c = L.LiveClock()
+    for plan, write in ((0.001, 0.010), (0.002, 0.020)):  # two table chunks in batch 1
+        c.add("plan", plan)
+        c.add("write", write)
+    c.add("progress", 0.005)
+    c.add("commit", 0.004)
+    c.add("apply", 0.050)
+    c.add("process", 0.100)
+    c.add("write", 0.030)  # batch 2: one chunk
+    c.add("apply", 0.040)
+    c.add("process", 0.060)
+    assert [round(b["write"], 3) for b in c.per_batch] == [0.030, 0.030]
+    m = c.batch_medians_ms()
+    assert m["process"] == pytest.approx(80.0) and m["write"] == pytest.approx(30.0)
+    assert m["apply other"] == pytest.approx((0.050 - 0.042 + 0.010) / 2 * 1000)
+
+
+def test_split_staleness_at_the_batch_start() -> None:
+    commits = [_c(10.9, 10_000), _c(11.5, 10_000, 0), _c(12.2, 11_000)]
+    starts = [10.4, 11.2, 11.6]
+    wait, inside = L.split_staleness(commits, starts, lo=10.0, hi=20.0)
+    assert wait == pytest.approx([0.4, 0.6]) and inside == pytest.approx([0.5, 0.6])
+    assert L.split_staleness(commits, starts[:2], lo=10.0, hi=20.0) == ([], [])
