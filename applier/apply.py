@@ -188,8 +188,9 @@ class Applier:
                 meta: TableMeta | None = self.sink.table(conn, *target)
             except MissingTable:
                 meta = None
-            except Exception:  # an unreadable name: _write_rows reports it with the table and positions
-                return None
+            except Exception as exc:  # a lost connection (kept in the chain: transient) or a name the catalog refuses
+                raise ApplyError(f"reading target table {shown(*target)} failed: {db_reason(exc)} (upstream table "
+                                 f"{shown(ev.schema, ev.table)}, row change at {ev.position})") from exc
             shape = None if meta is None else evolve.TargetShape(frozenset(meta.columns), meta.types)
             try:
                 query = evolve.needed(self.schema_evolution, ev, shape, dialect=self.dialect.name)

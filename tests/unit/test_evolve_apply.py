@@ -120,3 +120,33 @@ def test_none_checks_nothing() -> None:
     gate.add([ins(10, 0, 1, table="n"), Resolved(10, SourcePosition("k", 0, 1))])
     with pytest.raises(ApplyError, match="does not exist"):
         ap.apply(gate.release())
+
+
+def test_a_connection_lost_while_reading_the_target_stays_a_transient_fault() -> None:
+    """A target restart while the shape is read must reach the retry as the lost connection it is: swallowed, the
+    next statement on the dead transaction failed with a PendingRollbackError, which stopped the run (exit 4)
+    instead of replaying the transaction."""
+    from sqlalchemy.exc import OperationalError, PendingRollbackError
+
+    class GoneSink(CatalogSink):
+        """The first catalog read loses the connection; later ones fail as SQLAlchemy then does."""
+
+        calls = 0
+
+        def table(self, conn, schema: str, name: str):
+            self.calls += 1
+            if self.calls == 1:
+                raise OperationalError("SELECT ...", {}, Exception("server closed the connection"),
+                                       connection_invalidated=True)
+            raise PendingRollbackError("Can't reconnect until invalid transaction is rolled back.")
+
+    engine = create_engine("sqlite://")
+    metadata.create_all(engine)
+    sink = GoneSink()
+    ap = Applier(engine, FakeDialect(sink), lambda s, t: ("main", t), FakeStore(sink.log), schema_evolution="create")
+    gate = Gate(partitions=[("k", 0)], applied_ts=0, partition_resolved={})
+    gate.add([ins(10, 0, 1), Resolved(10, SourcePosition("k", 0, 1))])
+    with pytest.raises(ApplyError) as err:
+        ap.apply(gate.release())
+    assert ap.dialect.is_transient(err.value), err.value
+    assert "main.t" in str(err.value) and "offset=0" in str(err.value)
