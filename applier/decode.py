@@ -154,6 +154,17 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
             yield pa.RecordBatch.from_arrays([pa.array([encode_chunk(d)], type=pa.binary())], names=["chunk"])
 
 
+def warm_decoder(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body of the start-up warm-up: build this worker's decoder (its imports and caches) and
+    yield nothing, so the first micro-batch finds Python workers that are already up (Spark reuses them)."""
+    key = repr(spec)
+    if key not in _worker_decoders:
+        _worker_decoders[key] = get_decoder(spec.protocol, **dict(spec.options))
+    for _ in batches:
+        pass
+    return iter(())
+
+
 def _bad_record(part: Any, exc: DecodeError) -> KafkaMessage:
     """The record an error names. These decoders raise for the message being decoded, so its offset is in the
     slice (one Spark partition: one topic-partition); anything else is a bug and fails the task loudly."""

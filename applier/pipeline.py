@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
@@ -31,7 +31,7 @@ from applier.codecs import Decoder, batch_hint, get_decoder
 from applier.crashguard import DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
 from applier.decode import (
     CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
-    worker_crashed,
+    warm_decoder, worker_crashed,
 )
 from applier.dialect import Dialect, dialect_for
 from applier.events import DecodeError, KafkaMessage
@@ -63,6 +63,79 @@ def read_chunks(df, spec: WorkerSpec) -> list[bytes]:
     decoded = df.select(*RECORD_COLUMNS).mapInArrow(
         functools.partial(decode_arrow_batches, spec), CHUNK_SCHEMA)
     return decoded.toArrow().column(0).to_pylist()
+
+
+# Below this many decoded events in the previous micro-batch, ``decode_on = "auto"`` decodes the next one in the
+# driver. Events, not messages: an Open Protocol message carries up to 16 row changes.
+# A live batch at 5k row changes/s was read + applied in 0.60-0.67x the time that way (the Python worker job's
+# fixed cost and the chunk round trip outweigh a second core), while catch-up batches of 100k+ messages gain
+# about 13% from the workers (docs/benchmarks.md, rounds 3 and 4).
+SMALL_BATCH_EVENTS = 20_000
+# How often the Spark thread asks Kafka for new partitions of the subscribed topics.
+PARTITION_REFRESH_SECONDS = 30.0
+
+
+class ReadBatch(NamedTuple):
+    """What the Spark thread hands to the apply thread."""
+
+    batch_id: int
+    chunks: bool  # payload: the workers' chunks (True) or raw KafkaMessages to decode in the driver
+    payload: list
+    partitions: list[tuple[str, int]] | None  # every partition again, when the Spark thread refreshed the list
+
+
+class DecodePlacement:
+    """Where each micro-batch is decoded: Spark's Python workers, the driver, or (``auto`` with a protocol whose
+    messages decode alone) the workers for big batches and the driver for small ones, judged by the previous
+    batch's size. The first batch of a run goes to the workers: a restart usually begins with a backlog."""
+
+    def __init__(self, executors: bool, driver: bool) -> None:
+        self.executors = executors  # some batches may be decoded by the workers
+        self.driver = driver  # some batches may be decoded in the driver (it then needs the crash guard)
+        self.previous: int | None = None  # events in the last applied batch; written by the apply thread
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> "DecodePlacement":
+        executors = settings.decodes_on_executors()
+        return cls(executors, driver=not executors or settings.pipeline.decode_on == "auto")
+
+    def on_executors(self) -> bool:
+        if not self.executors:
+            return False
+        if not self.driver:
+            return True
+        return self.previous is None or self.previous >= SMALL_BATCH_EVENTS
+
+    def saw(self, events: int) -> None:
+        self.previous = events
+
+    def describe(self) -> str:
+        if self.executors and self.driver:
+            return (f"Spark's Python workers, or the driver when the previous micro-batch had fewer than "
+                    f"{SMALL_BATCH_EVENTS:,} events")
+        return "Spark's Python workers" if self.executors else "the driver"
+
+
+def warm_python_workers(spark, settings: Settings) -> None:
+    """Start Spark's Python workers and build their decoders in the background while the query starts.
+
+    On a local master nothing starts them before the first micro-batch, which then paid the workers' start and
+    the decoder's imports on top of Spark's own query start (docs/benchmarks.md, round 4, start-up); Spark reuses
+    the workers, so the first batch finds them warm. Clusters run the start-up check instead (applier.session).
+    A failure here is only logged: the first batch meets the same fault and reports it properly."""
+    if not settings.spark.is_local:
+        return
+    spec = worker_spec(settings)
+    tasks = max(1, spark.sparkContext.defaultParallelism)
+
+    def job() -> None:
+        try:
+            spark.range(tasks, numPartitions=tasks).mapInArrow(
+                functools.partial(warm_decoder, spec), CHUNK_SCHEMA).collect()
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.debug("warming the Python workers failed: %s", str(exc).splitlines()[0][:300] if str(exc) else exc)
+
+    threading.Thread(target=job, name="applier-warm-workers", daemon=True).start()
 
 
 def worker_spec(settings: Settings) -> WorkerSpec:
@@ -431,10 +504,12 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
     # only a run that can work takes the pipeline over from another writer.
     query_dir = reset_checkpoint(spark, settings)
+    placement = DecodePlacement.for_settings(settings)
+    if placement.executors:
+        warm_python_workers(spark, settings)
     parts = kafka_partitions(spark, settings)
-    on_executors = settings.decodes_on_executors()
     guard = None
-    if not on_executors:
+    if placement.driver:
         marker = DecodingMarker(settings.pipeline.local_dir)
         killers = recover_from_decoder_crash(spark, settings, marker)
     store = ProgressStore(settings.pipeline.name, settings.source.protocol)
@@ -443,7 +518,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         state = store.load(conn)
         seed_start_ts(state, settings.source.start_ts, settings.pipeline.name)
         timer.resumed(state)
-        if not on_executors:
+        if placement.driver:
             # messages that killed the decoder before stay undecoded when a replay reads them again
             guard = DriverDecodeGuard(marker, {**store.quarantined_with(conn, KILLED), **killers},
                                       settings.source.protocol)
@@ -468,23 +543,22 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         schema_evolution=settings.target.schema_evolution,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
-    last_refresh = [time.monotonic()]
+    last_refresh = [time.monotonic()]  # when the Spark thread last listed the partitions
     query_box: list = []
     at_until_ts = threading.Event()  # the applied resolved ts reached until_ts: the query is being stopped
 
     spec = worker_spec(settings)
-    log.info("decoding %s records in %s", settings.source.protocol,
-             "Spark's Python workers" if on_executors else "the driver")
+    log.info("decoding %s records in %s", settings.source.protocol, placement.describe())
 
-    def apply_batch(item: tuple[int, list]) -> None:
+    def apply_batch(item: ReadBatch) -> None:
         """Runs on the hand-off thread: the only thread that touches the processor and its gate."""
-        batch_id, payload = item
+        batch_id = item.batch_id
         if at_until_ts.is_set():  # read while the query stops: left to the next run (the progress tables say so)
             return
-        if time.monotonic() - last_refresh[0] > 30:
-            processor.gate.add_partitions(kafka_partitions(spark, settings))
-            last_refresh[0] = time.monotonic()
-        rep = processor.process_chunks(payload) if on_executors else processor.process(payload)
+        if item.partitions is not None:
+            processor.gate.add_partitions(item.partitions)
+        rep = processor.process_chunks(item.payload) if item.chunks else processor.process(item.payload)
+        placement.saw(rep.events)
         mark["applied"] = time.monotonic()
         timer.applied(rep, processor.gate)
         line.update(rep, processor.totals)
@@ -503,7 +577,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
             threading.Thread(target=query_box[0].stop, name="applier-stop", daemon=True).start()
 
     work = logs.per_batch(apply_batch, pipeline=settings.pipeline.name)  # its log lines name the batch
-    handoff: BatchHandoff[tuple[int, list]] = BatchHandoff(work, on_error=stop_query)
+    handoff: BatchHandoff[ReadBatch] = BatchHandoff(work, on_error=stop_query)
 
     def on_batch(df, batch_id: int) -> None:
         with logs.batch_context(batch_id, settings.pipeline.name), timer.span("on_batch"):
@@ -512,6 +586,13 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
 
     def _on_batch(df, batch_id: int) -> None:
         handoff.raise_if_failed()
+        new_parts = None
+        if time.monotonic() - last_refresh[0] > PARTITION_REFRESH_SECONDS:
+            # here, not on the apply thread: the JVM consumer's 20-40 ms overlap the previous batch's apply
+            with timer.span("partition_refresh"):
+                new_parts = kafka_partitions(spark, settings)
+            last_refresh[0] = time.monotonic()
+        on_executors = placement.on_executors()
         if on_executors:
             try:
                 payload = read_chunks(df, spec)
@@ -524,7 +605,8 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         else:
             payload = read_messages(df)
         with timer.span("submit_wait"):
-            handoff.submit((batch_id, payload))  # waits for the previous batch, raises its error
+            handoff.submit(ReadBatch(batch_id, on_executors, payload, new_parts))  # waits for the previous batch,
+            # raises its error
 
     reader = spark.readStream.format("kafka")
     for k, v in settings.source.spark_options().items():

@@ -11,6 +11,7 @@ Stages (what each measures, and on which thread):
 ``on_batch``    Spark thread: one ``foreachBatch`` call (read the micro-batch, hand it over)
 ``submit_wait`` Spark thread: waiting for the apply thread to take the batch
 ``drain``       Spark thread: after the query ends, waiting for the last batch to apply
+``partition_refresh`` Spark thread: asking Kafka for new partitions (every 30 s, before a batch's read)
 ``process``     apply thread: one micro-batch end to end (decode, route, gate, apply)
 ``decode``,     apply thread: the processor's own split of ``process``
 ``gate``,

@@ -162,6 +162,36 @@ def test_decode_on_setting() -> None:
         parse_config(_cfg("open", "workers"))
 
 
+def test_auto_decodes_small_batches_in_the_driver_and_big_ones_in_the_workers() -> None:
+    from applier.pipeline import SMALL_BATCH_EVENTS, DecodePlacement
+
+    auto = DecodePlacement.for_settings(parse_config(_cfg("canal-json", None)))
+    assert auto.executors and auto.driver  # the driver needs its crash guard too
+    assert auto.on_executors()  # the first batch: a restart usually starts with a backlog
+    auto.saw(SMALL_BATCH_EVENTS - 1)
+    assert not auto.on_executors()
+    auto.saw(SMALL_BATCH_EVENTS)
+    assert auto.on_executors()
+    auto.saw(0)  # an idle live batch
+    assert not auto.on_executors()
+    assert "driver" in auto.describe() and "workers" in auto.describe()
+
+    pinned = DecodePlacement.for_settings(parse_config(_cfg("canal-json", "executors")))
+    pinned.saw(1)
+    assert pinned.on_executors() and not pinned.driver
+    for driver_only in (parse_config(_cfg("canal-json", "driver")), parse_config(_cfg("simple", None))):
+        placement = DecodePlacement.for_settings(driver_only)
+        assert not placement.on_executors() and placement.driver and not placement.executors
+        assert placement.describe() == "the driver"
+
+
+def test_the_warm_up_builds_the_decoder_and_yields_no_chunks() -> None:
+    spec = D.WorkerSpec("canal-json", (), stop_at_error=True)
+    D._worker_decoders.pop(repr(spec), None)
+    assert list(D.warm_decoder(spec, iter([object(), object()]))) == []
+    assert repr(spec) in D._worker_decoders
+
+
 def test_records_without_events_come_back_as_offsets_for_the_gate() -> None:
     import struct
 
