@@ -5,8 +5,8 @@ Upserts COPY the batch into a temporary table and merge it with one
 SQLAlchemy multi-row VALUES); deletes COPY the keys and run one ``DELETE ... USING``. The COPY is binary when
 every column type and every value of the batch allow it (:func:`binary_copy_types`: half the driver CPU of a
 text COPY and a faster load on the server), text otherwise; both store the same values. The staging tables are
-``ON COMMIT DROP`` temporaries created lazily once per transaction, so they always match the target's current
-shape even right after a DDL. All identifiers are quoted by SQLAlchemy's identifier preparer. PostgreSQL DDL is
+``ON COMMIT DELETE ROWS`` temporaries kept for the session and named by a digest of the target's columns and their
+catalog types, so a DDL that changes the shape gets a new one (see :meth:`PostgresSink._mode_stage`). All identifiers are quoted by SQLAlchemy's identifier preparer. PostgreSQL DDL is
 transactional, so a DDL commits together with its history row and the progress.
 
 Value adaptation (:func:`pg_converter`, picked by ``applier.dialect.PostgresDialect``, applied by
@@ -67,13 +67,17 @@ from applier.modes import (
 from applier.sinks.plan import group_columns
 
 
+# Staging tables one session keeps (least recently used dropped first): 2-3 per replicated table and shape.
+SESSION_STAGES = 96
+
+
 class PostgresSink(Sink):
     def __init__(self, batch_rows: int = 5000, **kw: Any) -> None:
         super().__init__(batch_rows * 4, **kw)  # COPY batches can be larger than statement batches
         self._stmts: dict[tuple[Any, ...], Any] = {}
 
     def begin(self, conn: Connection) -> None:
-        conn.info.pop("applier_stages", None)  # the ON COMMIT DROP staging tables died with the last transaction
+        conn.info.pop("applier_stages", None)  # staging tables used in this transaction (emptied at commit)
 
     def savepoint_state(self, conn: Connection) -> Any:
         return frozenset(conn.info.get("applier_stages", ()))
@@ -180,7 +184,7 @@ class PostgresSink(Sink):
 
     # ---- history and soft-delete modes -------------------------------------------------------------------
     # The writes of route modes history and soft_delete (applier.modes plans them; applier.apply checks the table
-    # with mode_shape first), through ON COMMIT DROP staging tables filled by COPY, as the replica writes are:
+    # with mode_shape first), through the session's staging tables filled by COPY, as the replica writes are:
     # * history: versions are COPYed and merged with ``INSERT ... SELECT ... ON CONFLICT (key, _commit_ts) DO
     #   NOTHING`` (a replayed version is left as it is); the versions they follow are closed by one
     #   ``UPDATE ... FROM`` a staged (key, commit ts, previous commit ts, valid from);
@@ -260,22 +264,37 @@ class PostgresSink(Sink):
                 self.upsert_rows(conn, meta, cols, self.adapt_rows(meta, cols, rows[lo:lo + self.batch_rows]))
 
     def _mode_stage(self, conn: Connection, meta: TableMeta, kind: str, select_list: list[tuple[str, str]]) -> str:
-        """An ``ON COMMIT DROP`` temporary table shaped like the target's columns, as ``(source column, name)``
-        pairs (one column may be staged twice under two names): created once per transaction and shape, emptied
-        when used again; its name."""
-        spec = ",".join(f"{src}>{alias}" for src, alias in select_list)
+        """A temporary table shaped like the target's columns, as ``(source column, name)`` pairs (one column may
+        be staged twice under two names); its name.
+
+        It lives as long as the session and is emptied at every commit (``ON COMMIT DELETE ROWS``): creating it
+        in every transaction, as ``ON COMMIT DROP`` did, cost about 1.3 ms per table and kind, 12 ms of a live
+        8-table micro-batch (docs/benchmarks.md, round 4). The name digests the columns *and their catalog
+        types*, so after a DDL the new shape gets a new table and never inherits an old column type.
+        ``IF NOT EXISTS`` makes a rolled-back creation (or a new connection) harmless without tracking commits;
+        used twice in one transaction, it is truncated first. A session keeps at most ``SESSION_STAGES`` of them."""
+        spec = ",".join(f"{src}>{alias}:{meta.types.get(src)}" for src, alias in select_list)
         digest = hashlib.sha1(f"{meta.schema}\x00{meta.name}\x00{kind}\x00{spec}".encode()).hexdigest()[:16]
         name = f"applier_{kind}_{digest}"
         prep = conn.dialect.identifier_preparer
-        created: set[str] = conn.info.setdefault("applier_stages", set())
+        used: set[str] = conn.info.setdefault("applier_stages", set())
         qname = prep.quote(name)
-        if name in created:
+        if name in used:
             conn.exec_driver_sql(f"TRUNCATE {qname}")
-        else:
-            collist = ", ".join(f"{prep.quote(src)} AS {prep.quote(alias)}" for src, alias in select_list)
-            conn.exec_driver_sql(f"CREATE TEMPORARY TABLE {qname} ON COMMIT DROP AS SELECT {collist} FROM "
-                                 f"{prep.format_table(meta.table)} WITH NO DATA")
-            created.add(name)
+            return name
+        collist = ", ".join(f"{prep.quote(src)} AS {prep.quote(alias)}" for src, alias in select_list)
+        conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {qname} ON COMMIT DELETE ROWS AS SELECT "
+                             f"{collist} FROM {prep.format_table(meta.table)} WITH NO DATA")
+        used.add(name)
+        session: dict[str, None] = conn.info.setdefault("applier_session_stages", {})
+        session.pop(name, None)
+        session[name] = None  # most recently used last
+        while len(session) > SESSION_STAGES:
+            old = next(iter(session))
+            if old in used:
+                break
+            del session[old]
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prep.quote(old)}")
         return name
 
 

@@ -106,6 +106,36 @@ def test_failed_write_leaves_no_data_and_no_progress(target, unique) -> None:
         assert c.execute(select(P.pipelines.c.applied_ts).where(P.pipelines.c.pipeline == name)).scalar() == 150
 
 
+def test_staging_tables_kept_for_the_session_follow_a_column_type_change(target, unique) -> None:
+    """PostgreSQL keeps its staging tables across transactions (ON COMMIT DELETE ROWS): one left from before an
+    ALTER would stage a BIGINT value in a SMALLINT column. A rolled-back batch (its staging table created in it)
+    must not break the next one either. MariaDB writes without staging tables and must pass the same."""
+    kind, engine, schema = target
+    cols = (Column("id", "int", nullable=False, key=True), Column("v", "smallint"))
+    f = Feed()
+    proc = processor(engine, f"stage-{unique}", lambda s, t: (schema, t))
+    proc.process(f.msgs(DDL("up", "s", 100, "CREATE TABLE `s` (`id` INT PRIMARY KEY, `v` SMALLINT)", POS),
+                        RowChange("up", "s", 101, Op.INSERT, None, {"id": 1, "v": 7}, cols, POS),
+                        Resolved(150, POS)))
+    with pytest.raises(ApplyError, match="does not exist"):  # rolls back the staging of s created in it
+        proc.process(f.msgs(RowChange("up", "s", 160, Op.INSERT, None, {"id": 3, "v": 8}, cols, POS),
+                            RowChange("up", "gone", 161, Op.INSERT, None, {"id": 1, "v": 1}, cols, POS),
+                            Resolved(170, POS)))
+    proc = processor(engine, f"stage-{unique}", lambda s, t: (schema, t))  # the restart after that failure
+    wide = (cols[0], Column("v", "bigint"))
+    proc.process(f.msgs(RowChange("up", "s", 180, Op.INSERT, None, {"id": 2, "v": 9}, cols, POS),
+                        Resolved(190, POS),
+                        DDL("up", "s", 200, "ALTER TABLE `s` MODIFY `v` BIGINT", POS),
+                        RowChange("up", "s", 201, Op.UPDATE, {"id": 1, "v": 7}, {"id": 1, "v": 2 ** 40}, wide, POS),
+                        Resolved(250, POS)))
+    proc.process(f.msgs(RowChange("up", "s", 260, Op.DELETE, {"id": 2, "v": 9}, None, wide, POS),
+                        RowChange("up", "s", 261, Op.INSERT, None, {"id": 4, "v": -2 ** 40}, wide, POS),
+                        Resolved(300, POS)))
+    with engine.connect() as c:
+        got = c.execute(text(f"SELECT id, v FROM {_q(kind, schema)}.{_q(kind, 's')} ORDER BY id")).all()
+    assert [tuple(r) for r in got] == [(1, 2 ** 40), (4, -2 ** 40)]
+
+
 def test_mysql_ddl_interrupted_after_running_completes_on_replay(urls, unique, drop_schema) -> None:
     """The crash window of a non-transactional DDL: history says 'started', the table already exists."""
     schema = f"ap_{unique}"
