@@ -11,12 +11,16 @@ One run does, in this order:
 3. **The applier**: ``applier.pipeline.run(settings, until_caught_up=True)`` in this process, ``[spark] master =
    local[--cores]``, with light instrumentation (wrappers around the foreachBatch function, the batch processor,
    ``plan_batch``, the sink's ``write``, the progress save and the DBAPI commit) to split the wall time by stage.
+   With ``--whole-process`` instead: ``python -m applier run -c FILE --until-caught-up`` as a child process with
+   the default config (the bench's tuning only where the user gave it), timed from start to exit, Spark start-up
+   included, which is what a user compares with TiCDC's own consumer (issue 15); no stage split, no driver RSS.
 4. **Verify**: the checksum of every target table (rows streamed from the target, digested like the generator
    does) must equal the generator's, and the applied resolved ts must be the stream's last one; exit 1 if not.
 5. **Raw bulk load** into the same target, same row shape, same number of row changes, into a fresh table:
    PostgreSQL ``COPY ... FROM STDIN`` (psycopg ``write_row``), MariaDB/MySQL ``LOAD DATA LOCAL INFILE`` of a TSV
-   file (formatting the file is timed and counted, like psycopg's formatting is for COPY).
-6. **Report**: events, wall time, events/s, rows written/s, the ratios to both yardsticks measured in this run,
+   file (formatting the file is timed and counted, like psycopg's formatting is for COPY). On PostgreSQL also
+   the target's own idempotent merge path on the workload's row changes (``applier.devtools.bench_merge``).
+6. **Report**: events, wall time, events/s, rows written/s, the ratios to the yardsticks measured in this run,
    peak RSS of the driver and of its child processes (the Spark JVM), and the per-stage split.
 
 Nothing here changes how the applier works; it only observes it. ``--profile FILE`` additionally runs cProfile in
@@ -27,28 +31,33 @@ functions of each by cumulative time. Spark's Python workers (decoding) are sepa
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import json
 import os
 import platform
 import pstats
+import re
 import resource
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import datetime as dt
 
-from applier.devtools.bench_parts import (StageClock, _count, applied_resolved_ts, delete_topic, drop_schema,
-                                         human_bytes, parse_rates, produce_stream, safe_name, system_cpu_ticks,
-                                         target_checksums)
+from applier.devtools.bench_merge import format_merge, merge_path_postgres, merge_ratios
+from applier.devtools.bench_parts import (StageClock, _count, check_workload_args, applied_resolved_ts, delete_topic, drop_schema,
+                                         human_bytes, parse_rates, produce_stream, rate, ratio, safe_name,
+                                         system_cpu_ticks, target_checksums, toml_text)
 
 PROTOCOLS = ("open", "canal-json")
 TARGETS = ("mariadb", "postgres")
@@ -110,7 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="[pipeline] decode_on: where Kafka records are decoded")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra SparkSession setting")
     p.add_argument("--profile", metavar="FILE", help="cProfile every micro-batch into FILE (pstats) and print the top")
-    p.add_argument("--keep", action="store_true", help="keep the topic and the target schema")
+    p.add_argument("--keep", action="store_true", help="keep the topic and the target schema (and print how to "
+                   "rerun `applier run` on the kept topic)")
+    p.add_argument("--whole-process", action="store_true",
+                   help="step 3 runs `python -m applier run --until-caught-up` as a child process with the default "
+                        "config (bench tuning only where given) and times it from start to exit, Spark start-up "
+                        "included; no stage split or driver RSS")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     live = p.add_argument_group("live mode, start-up and small batches (applier.devtools.bench_live; uses the "
                                 "running services named by APPLIER_KAFKA / APPLIER_*_URL, starts none)")
@@ -143,33 +157,12 @@ def _rates(text: str) -> list[int]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
-    if a.events < 1:
-        p.error("--events must be >= 1")
-    if a.big_txn_rows > a.events:
-        p.error(f"--big-txn-rows ({a.big_txn_rows}) cannot exceed --events ({a.events})")
-    for name in ("tables", "partitions", "cores", "batch_rows", "buffer_mb", "max_offsets_per_trigger"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    check_workload_args(p, a, ("tables", "partitions", "cores", "batch_rows", "buffer_mb", "max_offsets_per_trigger"))
     if not 0 <= a.dup_fraction < 1:
         p.error("--dup-fraction must be in [0, 1)")
-    conf = {}
-    for item in a.spark_conf:
-        if "=" not in item:
-            p.error(f"--spark-conf takes KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        conf[k.strip()] = v.strip()
-    a.spark_conf = conf
+    if a.whole_process and (a.profile or a.live or a.sweep or a.startup or a.micro_batch):
+        p.error("--whole-process is a catch-up run of a child process: not with --profile or the live modes")
     return a
-
-
-def rate(n: float, seconds: float) -> float | None:
-    return n / seconds if seconds > 0 else None
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or not b:
-        return None
-    return a / b
 
 
 def _num(v: float | None, fmt: str = ",.0f") -> str:
@@ -548,6 +541,285 @@ def bulk_load_mysql(url, schema: str, like: str, n: int, seed: int) -> dict[str,
 
 
 # ---------------------------------------------------------------------------------------------------------
+# What both ways of running the applier share: the workload, verification, yardsticks, clean-up, ratios
+# ---------------------------------------------------------------------------------------------------------
+
+def bench_workload(a: argparse.Namespace):
+    """The run's generator (``BenchWorkload``), made from the options alone: a second one yields exactly the same
+    row changes, which is how the merge-path yardstick gets the workload's rows without holding them."""
+    from applier.devtools.bench_stream import generate_bench
+    return generate_bench(a.protocol, tables=a.tables, partitions=a.partitions, events=a.events,
+                          big_txn_rows=a.big_txn_rows, seed=a.seed, mix=a.mix, hot_keys=a.hot_keys,
+                          dup_fraction=a.dup_fraction)
+
+
+def applier_config(a: argparse.Namespace, *, name: str, ckpt: Path, kafka: str, topic: str, url: str,
+                   source_schema: str, schema: str) -> dict[str, Any]:
+    """The in-process run's config, with the bench's tuning (--whole-process derives its own from it)."""
+    return {
+        "pipeline": {"name": name, "checkpoint_dir": str(ckpt), "max_offsets_per_trigger": a.max_offsets_per_trigger,
+                     "buffer_memory_mb": a.buffer_mb, "decode_on": a.decode_on},
+        "source": {"bootstrap_servers": kafka, "topics": [topic], "protocol": a.protocol},
+        "target": {"url": url, "batch_rows": a.batch_rows},
+        "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
+        "route": [{"match": f"{source_schema}.*", "schema": schema}],
+    }
+
+
+def verify_replica(engine, schema: str, wl, pipeline: str, log) -> dict[str, Any]:
+    """Step 4: every table's checksum against the generator's, and the applied resolved ts against the last."""
+    t = time.perf_counter()
+    got = target_checksums(engine, schema, wl.table_names)
+    bad = {tn: (str(wl.expected[tn]), str(got[tn])) for tn in wl.table_names
+           if (got[tn].rows, got[tn].digest_sum) != (wl.expected[tn].rows, wl.expected[tn].digest_sum)}
+    applied_ts = applied_resolved_ts(engine, pipeline)
+    if applied_ts is not None and applied_ts != wl.final_ts:
+        bad["applied resolved ts"] = (str(wl.final_ts), str(applied_ts))
+    log("  verify: " + ("target equals the expected state (per-table checksums)" if not bad else f"MISMATCH {bad}"))
+    return {"ok": not bad, "differences": bad, "seconds": round(time.perf_counter() - t, 1),
+            "tables": len(wl.table_names), "rows": sum(cs.rows for cs in got.values()), "applied_ts": applied_ts}
+
+
+def yardsticks(a: argparse.Namespace, engine, settings, schema: str, wl, log) -> dict[str, Any]:
+    """Step 5: the raw bulk load, and on PostgreSQL its own idempotent merge path (applier.devtools.bench_merge),
+    of the workload's row changes into fresh tables."""
+    n = wl.stats.row_events
+    log(f"raw bulk load of {n:,} rows into {a.target}")
+    if a.target == "postgres":
+        bulk = bulk_load_postgres(engine, schema, wl.table_names[0], n, a.seed)
+    else:
+        bulk = bulk_load_mysql(settings.target_url(), schema, wl.table_names[0], n, a.seed)
+    log(f"  {bulk['rows_per_s']:,.0f} rows/s")
+    out: dict[str, Any] = {"bulk_load": bulk}
+    if a.target == "postgres":
+        txn_rows, chunk_rows = a.max_offsets_per_trigger, a.batch_rows * 4  # the applier's micro-batch and COPY chunk
+        log(f"PostgreSQL merge path: {n:,} row changes in transactions of {txn_rows:,}, COPY chunks of "
+            f"{chunk_rows:,} (staging COPY, INSERT ... ON CONFLICT DO UPDATE, DELETE ... USING)")
+        merge = merge_path_postgres(engine, schema, wl.table_names[0], bench_workload(a), txn_rows, n,
+                                    chunk_rows=chunk_rows)
+        log(f"  {merge['rows_per_s']:,.0f} row changes/s")
+        out["merge_path"] = merge
+    return out
+
+
+def clean_up(a: argparse.Namespace, engine, kafka: str, topic: str, schema: str, ckpt: Path, log) -> None:
+    """Drop what the run made (unless --keep) and release the engine; best effort, so a failed run still reports."""
+    if not a.keep:
+        try:
+            drop_schema(engine, schema)
+        except Exception as exc:  # pragma: no cover - best effort
+            log(f"could not drop {schema}: {exc}")
+        why = delete_topic(kafka, topic)
+        if why:
+            log(f"could not delete topic {topic}: {why}")
+        shutil.rmtree(ckpt, ignore_errors=True)
+    engine.dispose()
+
+
+def run_ratios(result: Mapping[str, Any], events_per_s: float | None, messages_per_s: float | None) -> dict[str, Any]:
+    bulk = result["bulk_load"]
+    return {
+        "events_per_s_to_bulk_load_rows_per_s": ratio(events_per_s, bulk.get("rows_per_s")),
+        "events_per_s_to_bulk_load_only_rows_per_s": ratio(events_per_s, bulk.get("load_only_rows_per_s")),
+        "messages_per_s_to_kafka_raw_messages_per_s": ratio(messages_per_s, result["kafka_raw"]["messages_per_s"]),
+        **merge_ratios(events_per_s, result.get("merge_path")),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --whole-process: `applier run --until-caught-up` as a child process, timed from start to exit
+# ---------------------------------------------------------------------------------------------------------
+
+#: the child's config has the target URL without its password and ``password_env = TARGET_PASSWORD_ENV``, set only
+#: in the child's environment, so neither the file nor anything printed holds the password
+TARGET_PASSWORD_ENV = "APPLIER_BENCH_TARGET_PASSWORD"
+#: what ``python -m applier.devtools.services env`` exports the target's URL as, for the printed rerun command
+SERVICE_URL_ENV = {"mariadb": "APPLIER_MARIADB_URL", "postgres": "APPLIER_PG_URL"}
+#: (section, key, bench option): the in-process run's tuning, which a plain `applier run` does not have
+BENCH_TUNING = (("pipeline", "max_offsets_per_trigger", "max_offsets_per_trigger"),
+                ("pipeline", "buffer_memory_mb", "buffer_mb"), ("pipeline", "decode_on", "decode_on"),
+                ("target", "batch_rows", "batch_rows"))
+STDERR_TAIL_LINES = 40
+_BATCH_LINE = re.compile(r"\bbatch \d+: \d+ messages, (\d+) rows, (\d+) DDL")
+_RUN_SUMMARY = re.compile(r"^pipeline \S+: (\d+) batch\(es\), (\d+) messages, (\d+) row changes, (\d+) DDL applied",
+                          re.MULTILINE)
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """(the URL without its password, the password or None)."""
+    from sqlalchemy.engine import URL, make_url
+    u = make_url(url)
+    bare = URL.create(u.drivername, u.username, None, u.host, u.port, u.database, u.query)  # set() keeps a None
+    return bare.render_as_string(hide_password=False), u.password
+
+
+def whole_process_config(a: argparse.Namespace, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The in-process run's config (``cfg``) as a plain `applier run` gets it (issue 15: "with the default
+    config"): the bench's tuning and the Spark master are kept only where the user gave a value other than the
+    bench's default, and the target password moves to the environment variable TARGET_PASSWORD_ENV."""
+    parser = build_parser()
+    out = copy.deepcopy(dict(cfg))
+    for section, key, option in BENCH_TUNING:
+        if getattr(a, option) == parser.get_default(option):
+            out[section].pop(key, None)
+    spark = out.get("spark", {})
+    if a.cores == parser.get_default("cores"):
+        spark.pop("master", None)
+    if not spark.get("conf"):
+        spark.pop("conf", None)
+    if not spark:
+        out.pop("spark", None)
+    out["target"]["url"], password = split_password(cfg["target"]["url"])
+    if password is not None:
+        out["target"]["password_env"] = TARGET_PASSWORD_ENV
+    return out
+
+
+def rerun_config(child_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The same run on the kept topic as a new pipeline into a new schema, so it starts from the beginning."""
+    out = copy.deepcopy(dict(child_cfg))
+    out["pipeline"]["name"] += "-rerun"
+    out["pipeline"]["checkpoint_dir"] += "-rerun"
+    for route in out["route"]:
+        route["schema"] += "_rerun"
+    return out
+
+
+def applier_command(config_path: str, *, verbose: bool = False) -> list[str]:
+    """``applier run --until-caught-up`` with this interpreter (``-v`` logs each batch: the first applied one
+    is timed from it)."""
+    return [sys.executable, "-m", "applier", *(["-v"] if verbose else []), "run", "-c", config_path,
+            "--until-caught-up"]
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only this user can read (it is created with mode 0600, never wider for a moment)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def password_from_env(url_env: str) -> str:
+    """A shell word that expands to the password inside the URL in ``$url_env`` (printed commands never hold it)."""
+    code = ("import os; from sqlalchemy.engine import make_url; "
+            f'print(make_url(os.environ[{json.dumps(url_env)}]).password or "")')
+    return f'"$({shlex.quote(sys.executable)} -c {shlex.quote(code)})"'
+
+
+def keep_rerun_config(a: argparse.Namespace, cfg: Mapping[str, Any], run_id: str, log) -> dict[str, str]:
+    """With --keep: a config (no password in it) for a plain `applier run` on the kept topic into a new schema,
+    and a command that runs it, taking the password from the services' URL variable (``. /tmp/env.sh`` or
+    ``eval "$(python -m applier.devtools.services env)"`` sets it)."""
+    path = Path(tempfile.gettempdir()) / "applier-bench" / f"{run_id}-rerun.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    child = rerun_config(whole_process_config(a, cfg))
+    write_private(path, toml_text(child))
+    command = shlex.join(applier_command(str(path)))
+    if "password_env" in child["target"]:
+        command = f"{TARGET_PASSWORD_ENV}={password_from_env(SERVICE_URL_ENV[a.target])} {command}"
+    log(f"rerun on the kept topic: {command}")
+    return {"config": str(path), "command": command}
+
+
+def parse_run_summary(stdout: str) -> dict[str, int]:
+    """The counts `applier run` prints when it ends (applier.cli.cmd_run); empty if the line is not there."""
+    m = _RUN_SUMMARY.search(stdout)
+    if not m:
+        return {}
+    return dict(zip(("batches", "messages", "row_changes_applied", "ddls"), map(int, m.groups())))
+
+
+def applied_rows_in(line: str) -> bool:
+    """Whether a log line of `applier -v run` reports a micro-batch that applied rows."""
+    m = _BATCH_LINE.search(line)
+    return bool(m and int(m.group(1)))
+
+
+def time_process(cmd: list[str], env: Mapping[str, str], log) -> dict[str, Any]:
+    """Run ``cmd`` to its exit, timed from just before it starts; also when its log first reports applied rows.
+    A non-zero exit fails the benchmark, with the last lines of the process's stderr."""
+    tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+    out: list[str] = []
+    first: list[float] = []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace")
+
+    def read_stderr() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            if not first and applied_rows_in(line):
+                first.append(time.perf_counter())
+            tail.append(line.rstrip("\n"))
+
+    readers = [threading.Thread(target=read_stderr, daemon=True),
+               threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)]  # type: ignore[arg-type]
+    for r in readers:
+        r.start()
+    rc = proc.wait()
+    wall = time.perf_counter() - t0
+    for r in readers:
+        r.join(30)
+    if rc != 0:
+        log(f"`applier run` exited with {rc}; the last lines of its stderr:")
+        for line in tail:
+            log(f"  | {line}")
+        raise RuntimeError(f"`applier run` exited with {rc} (the tail of its stderr is above)")
+    return {"wall_seconds": wall, "first_applied_batch_seconds": first[0] - t0 if first else None,
+            **parse_run_summary("".join(out))}
+
+
+def run_whole_process(a: argparse.Namespace, result: dict[str, Any], cfg: Mapping[str, Any], settings, url: str,
+                      wl, topic: str, schema: str, ckpt: Path, log) -> dict[str, Any]:
+    """Steps 3-6 with the applier as a user starts it: its config in a private folder (deleted afterwards), the
+    target password only in the child's environment; then the same verification and yardsticks as in-process."""
+    from applier.pipeline import make_engine
+
+    tmp = Path(tempfile.mkdtemp(prefix="applier-bench-run-"))  # mode 0700
+    engine = make_engine(settings)
+    try:
+        path = tmp / "applier.toml"
+        write_private(path, toml_text(whole_process_config(a, cfg)))
+        cmd = applier_command(str(path), verbose=True)
+        log(f"applier: {shlex.join(cmd)} (a child process; target {a.target})")
+        password = split_password(url)[1]
+        env = {**os.environ, **({TARGET_PASSWORD_ENV: password} if password is not None else {})}
+        proc = time_process(cmd, env, log)
+        shutil.rmtree(tmp, ignore_errors=True)  # the config is not needed any more: gone before anything else
+        log(f"  exited 0 after {proc['wall_seconds']:.1f} s: {proc.get('messages', 0):,} messages, "
+            f"{proc.get('row_changes_applied', 0):,} row changes applied in {proc.get('batches', '?')} micro-batches")
+        result["verify"] = verify_replica(engine, schema, wl, settings.pipeline.name, log)
+        result.update(yardsticks(a, engine, settings, schema, wl, log))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        clean_up(a, engine, settings.source.bootstrap_servers, topic, schema, ckpt, log)
+    result["applier"] = whole_process_figures(proc, wl.stats, shlex.join(cmd))
+    result["ratios"] = run_ratios(result, result["applier"]["events_per_s"], result["applier"]["messages_per_s"])
+    return result
+
+
+def whole_process_figures(proc: Mapping[str, Any], st, command: str) -> dict[str, Any]:
+    """The report's ``applier`` part for a child process: rates over its whole life; the counts it printed (the
+    generator's message count if it printed none)."""
+    wall = proc["wall_seconds"]
+    messages = proc.get("messages", st.messages)
+    first = proc["first_applied_batch_seconds"]
+    return {
+        "whole_process": True,
+        "command": command,
+        "wall_seconds": round(wall, 2),
+        "wall_note": "start of the process to its exit: interpreter, Spark session, query start and stop included",
+        "batches": proc.get("batches"),
+        "messages": messages,
+        "row_changes_applied": proc.get("row_changes_applied"),
+        "ddls": proc.get("ddls"),
+        "events_per_s": rate(st.row_events, wall),
+        "messages_per_s": rate(messages, wall),
+        "bytes_per_s": rate(st.bytes, wall),
+        "time_to_first_applied_batch_seconds": round(first, 2) if first is not None else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
 
@@ -611,7 +883,6 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
     from applier.devtools import services
     from applier.config import parse_config
     from applier.pipeline import make_engine, run, spark_session
-    from applier.devtools.bench_stream import generate_bench
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     urls = services.start({"kafka", a.target})
@@ -626,9 +897,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
     }
 
     # 1. generate + produce (streamed)
-    wl = generate_bench(a.protocol, tables=a.tables, partitions=a.partitions, events=a.events,
-                        big_txn_rows=a.big_txn_rows, seed=a.seed, mix=a.mix, hot_keys=a.hot_keys,
-                        dup_fraction=a.dup_fraction)
+    wl = bench_workload(a)
     log(f"generating {a.events:,} row changes ({a.protocol}, {a.tables} tables, {a.partitions} partitions, "
         f"big transaction {a.big_txn_rows:,} rows) into topic {topic}")
     t = time.perf_counter()
@@ -648,16 +917,13 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
 
     # 3. the applier
     ckpt = Path(tempfile.gettempdir()) / "applier-bench" / run_id
-    cfg = {
-        "pipeline": {"name": f"bench-{run_id}", "checkpoint_dir": str(ckpt),
-                     "max_offsets_per_trigger": a.max_offsets_per_trigger, "buffer_memory_mb": a.buffer_mb,
-                     "decode_on": a.decode_on},
-        "source": {"bootstrap_servers": urls.kafka, "topics": [topic], "protocol": a.protocol},
-        "target": {"url": url, "batch_rows": a.batch_rows},
-        "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
-        "route": [{"match": f"{wl.schema}.*", "schema": schema}],
-    }
+    cfg = applier_config(a, name=f"bench-{run_id}", ckpt=ckpt, kafka=urls.kafka, topic=topic, url=url,
+                         source_schema=wl.schema, schema=schema)
     settings = parse_config(cfg, source="<bench>")
+    if a.keep:
+        result["rerun"] = keep_rerun_config(a, cfg, run_id, log)
+    if a.whole_process:
+        return run_whole_process(a, result, cfg, settings, url, wl, topic, schema, ckpt, log)
     before = descendants(_ppids(), os.getpid())
     t = time.perf_counter()
     spark = spark_session(settings)
@@ -686,28 +952,9 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         log(f"  caught up in {wall:.1f} s: {rep.messages:,} messages, {applied.rows:,} row changes applied in "
             f"{res.batches} micro-batches")
 
-        # 4. verify
-        t = time.perf_counter()
-        got = target_checksums(engine, schema, wl.table_names)
-        bad = {tn: (str(wl.expected[tn]), str(got[tn])) for tn in wl.table_names
-               if (got[tn].rows, got[tn].digest_sum) != (wl.expected[tn].rows, wl.expected[tn].digest_sum)}
-        applied_ts = applied_resolved_ts(engine, settings.pipeline.name)
-        if applied_ts is not None and applied_ts != wl.final_ts:
-            bad["applied resolved ts"] = (str(wl.final_ts), str(applied_ts))
-        result["verify"] = {"ok": not bad, "differences": bad, "seconds": round(time.perf_counter() - t, 1),
-                            "tables": len(wl.table_names),
-                            "rows": sum(cs.rows for cs in got.values()), "applied_ts": applied_ts}
-        log("  verify: " + ("target equals the expected state (per-table checksums)" if not bad else
-                            f"MISMATCH {bad}"))
-
-        # 5. raw bulk load
-        log(f"raw bulk load of {st.row_events:,} rows into {a.target}")
-        if a.target == "postgres":
-            bulk = bulk_load_postgres(engine, schema, wl.table_names[0], st.row_events, a.seed)
-        else:
-            bulk = bulk_load_mysql(settings.target_url(), schema, wl.table_names[0], st.row_events, a.seed)
-        result["bulk_load"] = bulk
-        log(f"  {bulk['rows_per_s']:,.0f} rows/s")
+        # 4. verify, 5. yardsticks
+        result["verify"] = verify_replica(engine, schema, wl, settings.pipeline.name, log)
+        result.update(yardsticks(a, engine, settings, schema, wl, log))
     finally:
         if sampler.is_alive():
             sampler.stop()
@@ -715,16 +962,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
             spark.stop()
         except Exception as exc:  # the JVM may already be gone (e.g. after an OutOfMemoryError)
             log(f"stopping Spark: {type(exc).__name__}")
-        if not a.keep:
-            try:
-                drop_schema(engine, schema)
-            except Exception as exc:  # pragma: no cover - best effort
-                log(f"could not drop {schema}: {exc}")
-            why = delete_topic(urls.kafka, topic)
-            if why:
-                log(f"could not delete topic {topic}: {why}")
-            shutil.rmtree(ckpt, ignore_errors=True)
-        engine.dispose()
+        clean_up(a, engine, urls.kafka, topic, schema, ckpt, log)
 
     # 6. figures
     row_events = st.row_events
@@ -732,6 +970,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
     e2e_events_s = rate(row_events, wall)
     e2e_msgs_s = rate(rep.messages, wall)
     result["applier"] = {
+        "whole_process": False,
         "wall_seconds": round(wall, 2),
         "batches": res.batches,
         "messages": rep.messages,
@@ -750,11 +989,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         "time_to_first_batch_seconds": round(clock.first_batch_at - t, 2) if clock.first_batch_at else None,
         "gate": res.gate,
     }
-    result["ratios"] = {
-        "events_per_s_to_bulk_load_rows_per_s": ratio(e2e_events_s, bulk.get("rows_per_s")),
-        "events_per_s_to_bulk_load_only_rows_per_s": ratio(e2e_events_s, bulk.get("load_only_rows_per_s")),
-        "messages_per_s_to_kafka_raw_messages_per_s": ratio(e2e_msgs_s, result["kafka_raw"]["messages_per_s"]),
-    }
+    result["ratios"] = run_ratios(result, e2e_events_s, e2e_msgs_s)
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result["memory"] = {
         "driver_peak_rss_during_run": driver_peak_run_kb * 1024 if reset_ok else None,
@@ -824,7 +1059,7 @@ def _short(filename: str) -> str:
 
 def format_report(r: dict[str, Any]) -> str:
     p, ap, wlst, kr, bl, mem, ra = (r["params"], r["applier"], r["workload"], r["kafka_raw"], r["bulk_load"],
-                                    r["memory"], r["ratios"])
+                                    r.get("memory"), r["ratios"])
     lines = [
         f"applier benchmark: {p['protocol']} -> {p['target']}, local[{p['cores']}], {p['tables']} tables, "
         f"{p['partitions']} partitions, big transaction {p['big_txn_rows']:,} rows, seed {p['seed']}",
@@ -837,10 +1072,13 @@ def format_report(r: dict[str, Any]) -> str:
         f"({r['verify']['rows']:,} rows in {r['verify']['tables']} tables)",
         "",
         f"  events (row changes)       {wlst['row_events']:>14,}",
-        f"  wall time (run)            {ap['wall_seconds']:>14,.1f} s   (+ Spark session start {r['spark_startup_seconds']} s)",
+        _wall_line(r),
         f"  events/s                   {_num(ap['events_per_s']):>14}",
-        f"  rows written/s             {_num(ap['rows_written_per_s']):>14}   ({ap['rows_written']:,} rows after per-key "
-        f"collapse: {ap['rows_upserted']:,} upserts, {ap['rows_deleted']:,} deletes)",
+    ]
+    if "rows_written" in ap:  # counted by the stage clock: in-process only
+        lines.append(f"  rows written/s             {_num(ap['rows_written_per_s']):>14}   ({ap['rows_written']:,} "
+                     f"rows after per-key collapse: {ap['rows_upserted']:,} upserts, {ap['rows_deleted']:,} deletes)")
+    lines += [
         f"  messages/s                 {_num(ap['messages_per_s']):>14}   ({ap['batches']} micro-batches)",
         f"  raw bulk load rows/s       {_num(bl['rows_per_s']):>14}   ({bl['method']})",
         f"  ratio to raw bulk load     {_num(ra['events_per_s_to_bulk_load_rows_per_s'], '.3f'):>14}",
@@ -848,16 +1086,18 @@ def format_report(r: dict[str, Any]) -> str:
     if bl.get("load_only_rows_per_s"):
         lines.append(f"  ratio to LOAD DATA alone   {_num(ra['events_per_s_to_bulk_load_only_rows_per_s'], '.3f'):>14}"
                      f"   (server load only {bl['load_only_rows_per_s']:,.0f} rows/s, TSV writing excluded)")
+    lines += format_merge(r.get("merge_path"), ra)
     lines += [
         f"  raw Kafka read msg/s       {_num(kr['messages_per_s']):>14}   ({human_bytes(kr['bytes_per_s'])}/s)",
         f"  ratio to raw Kafka read    {_num(ra['messages_per_s_to_kafka_raw_messages_per_s'], '.3f'):>14}",
-        f"  driver peak RSS (run)      {human_bytes(mem['driver_peak_rss_during_run']):>14}   "
-        f"(lifetime {human_bytes(mem['driver_peak_rss_lifetime'])})",
     ]
-    for kind, b in sorted(mem["children_sampled"].items()):
-        lines.append(f"  child peak RSS ({kind}){' ' * max(1, 11 - len(kind))}{human_bytes(b):>14}")
-    lines.append(f"  RUSAGE_CHILDREN maxrss     {human_bytes(mem['rusage_children_maxrss']):>14}   (the JVM is not reaped "
-                 "before this process exits, so this stays small)")
+    if mem:  # in-process only: a child process's driver is not sampled
+        lines.append(f"  driver peak RSS (run)      {human_bytes(mem['driver_peak_rss_during_run']):>14}   "
+                     f"(lifetime {human_bytes(mem['driver_peak_rss_lifetime'])})")
+        for kind, b in sorted(mem["children_sampled"].items()):
+            lines.append(f"  child peak RSS ({kind}){' ' * max(1, 11 - len(kind))}{human_bytes(b):>14}")
+        lines.append(f"  RUSAGE_CHILDREN maxrss     {human_bytes(mem['rusage_children_maxrss']):>14}   (the JVM is not "
+                     "reaped before this process exits, so this stays small)")
     cpu = r.get("cpu")
     if cpu:
         kids = ", ".join(f"{k} {v:.1f} s" for k, v in cpu["children_cpu_seconds"].items())
@@ -865,12 +1105,13 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"  CPU during run             driver {cpu['driver_cpu_seconds']:.1f} s, {kids}, {svcs}, other processes "
                      f"{cpu['other_processes_cpu_seconds']:.1f} s, of {cpu['cpus']} x {cpu['wall_seconds']:.1f} s "
                      f"(load before {cpu['loadavg_1m_before']})")
-    lines += ["", "  stage split of the wall time (measured; see 'what'):"]
-    for s in r["stages"]:
-        share = f"{100 * s['share']:5.1f}%" if s["share"] is not None else "  n/a"
-        lines.append(f"    {s['stage']:<28} {s['seconds']:>9.2f} s {share}  {s['what']}")
-    for note in r["stages_not_measured"]:
-        lines.append(f"    not separately measured: {note}")
+    if "stages" in r:  # in-process only
+        lines += ["", "  stage split of the wall time (measured; see 'what'):"]
+        for s in r["stages"]:
+            share = f"{100 * s['share']:5.1f}%" if s["share"] is not None else "  n/a"
+            lines.append(f"    {s['stage']:<28} {s['seconds']:>9.2f} s {share}  {s['what']}")
+        for note in r["stages_not_measured"]:
+            lines.append(f"    not separately measured: {note}")
     if "profile" in r:
         for title, file_key, top_key in (("Spark thread", "file", "top_cumulative"),
                                          ("apply thread", "apply_file", "apply_top_cumulative")):
@@ -880,9 +1121,22 @@ def format_report(r: dict[str, Any]) -> str:
             for row in r["profile"][top_key][:15]:
                 lines.append(f"    {row['cumtime']:>9.2f} s cum {row['tottime']:>8.2f} s own {row['calls']:>10,}  "
                              f"{row['function']}")
+    if "rerun" in r:
+        lines += ["", "  rerun `applier run` on the kept topic (new pipeline and schema; the config holds no "
+                  "password):", f"    {r['rerun']['command']}"]
     if not r["verify"]["ok"]:
         lines += ["", f"  VERIFY FAILED: {r['verify']['differences']}"]
     return "\n".join(lines)
+
+
+def _wall_line(r: Mapping[str, Any]) -> str:
+    ap = r["applier"]
+    if ap.get("whole_process"):
+        first = ap.get("time_to_first_applied_batch_seconds")
+        return (f"  wall time (whole process)  {ap['wall_seconds']:>14,.1f} s   (`applier run --until-caught-up` start "
+                f"to exit; first batch with rows applied after {_num(first, '.1f')} s)")
+    return (f"  wall time (run)            {ap['wall_seconds']:>14,.1f} s   (+ Spark session start "
+            f"{r['spark_startup_seconds']} s)")
 
 
 def main(argv: list[str] | None = None) -> int:

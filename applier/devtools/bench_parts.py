@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import re
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from applier.timing import StageTimer
 
@@ -33,11 +34,73 @@ def _count(text: str) -> int:
     return int(value)
 
 
+def check_workload_args(p: argparse.ArgumentParser, a: argparse.Namespace, positive: Iterable[str]) -> None:
+    """The checks every bench entry point makes of its workload options (``p.error`` exits with code 2), and
+    ``--spark-conf KEY=VALUE`` items turned into a dict."""
+    if a.events < 1:
+        p.error("--events must be >= 1")
+    if a.big_txn_rows > a.events:
+        p.error(f"--big-txn-rows ({a.big_txn_rows}) cannot exceed --events ({a.events})")
+    for name in positive:
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    conf = {}
+    for item in a.spark_conf:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            p.error(f"--spark-conf takes KEY=VALUE, got {item!r}")
+        conf[k.strip()] = v.strip()
+    a.spark_conf = conf
+
+
 def parse_rates(text: str) -> list[int]:
     rates = sorted({_count(x) for x in text.split(",") if x.strip()})
     if not rates or min(rates) < 1:
         raise argparse.ArgumentTypeError(f"--sweep needs rates >= 1, e.g. 5k,10k,20k (got {text!r})")
     return rates
+
+
+def rate(n: float, seconds: float) -> float | None:
+    return n / seconds if seconds > 0 else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or not b:
+        return None
+    return a / b
+
+
+def toml_text(cfg: Mapping[str, Any]) -> str:
+    """A config dict (sections of scalars, lists and sub-tables; lists of tables for ``[[route]]``) as TOML, for
+    runs of the real ``applier`` command. JSON's string escapes are valid TOML basic-string escapes, and keys
+    are always quoted, so no value or key can break out of its line."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        raise TypeError(f"no TOML form for {type(v).__name__}")
+
+    out: list[str] = []
+
+    def table(header: str, data: Mapping[str, Any]) -> None:
+        out.append(header)
+        subs = [(k, v) for k, v in data.items() if isinstance(v, Mapping)]
+        out.extend(f"{json.dumps(k)} = {value(v)}" for k, v in data.items() if not isinstance(v, Mapping))
+        for k, v in subs:
+            table(f"[{header.strip('[]')}.{json.dumps(k)}]", v)
+
+    for section, data in cfg.items():
+        if isinstance(data, Mapping):
+            table(f"[{json.dumps(section)}]", data)
+        else:
+            for item in data:
+                table(f"[[{json.dumps(section)}]]", item)
+    return "\n".join(out) + "\n"
 
 
 def safe_name(text: str) -> str:

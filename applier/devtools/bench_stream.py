@@ -222,12 +222,26 @@ class BenchWorkload:
         self.expected: dict[str, TableChecksum] = {}
         self.final_ts = 0
         self._used = False
+        self._plain = False  # row_changes(): RowChange events instead of encoded messages
 
     # -- public -----------------------------------------------------------------------------------------
     def messages(self) -> _Iterator[tuple[int, bytes | None, bytes]]:
         """(partition, key, value) in the order TiCDC would write them. Single use."""
+        return self._stream()
+
+    def row_changes(self) -> _Iterator[RowChange]:
+        """The same upstream row changes :meth:`messages` encodes (same seed, same random draws, so the same
+        ops, keys and values in the same order), as plain events: no DDL, no resolved ts and no replayed
+        duplicates, which are TiCDC's doing, not the upstream's. For yardsticks that write the workload's rows
+        themselves (``applier.devtools.bench_merge``) without paying for encoding. Single use, exclusive with
+        :meth:`messages`; ``expected`` and ``stats`` are filled as with :meth:`messages`."""
+        self._plain = True
+        return self._stream()
+
+    def _stream(self) -> _Iterator[Any]:
+        """One pass of the upstream application, shared by both views so they cannot drift apart."""
         if self._used:
-            raise RuntimeError("BenchWorkload.messages() can be iterated once")
+            raise RuntimeError("a BenchWorkload can be iterated once")
         self._used = True
         self._begin()
         yield from self._drain()
@@ -330,6 +344,8 @@ class BenchWorkload:
                 self.ring_rows[part] -= ring.popleft()[2]
 
     def _emit_single(self, part: int, ev: Any, remember: bool = True) -> None:
+        if self._plain:
+            return
         self._flush(part)
         if self.protocol == "open":
             k, v = self._enc_open(ev)
@@ -341,7 +357,9 @@ class BenchWorkload:
         part = (key * 0x9E3779B1 + t.idx * 0x85EBCA6B) % self.partitions
         ev = RowChange(self.schema, t.name, ts, op, before, after, BENCH_COLUMNS, self.positions[part])
         self.stats.row_events += 1
-        if self.protocol == "open":
+        if self._plain:
+            self.out.append(ev)  # type: ignore[arg-type]  # row_changes(): the event itself, not encoded
+        elif self.protocol == "open":
             pend = self.pending[part]
             pend.append(ev)
             if len(pend) >= self.rows_per_message:
