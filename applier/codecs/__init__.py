@@ -20,7 +20,11 @@ __all__ = ["Decoder", "HoldsMessages", "NamesTables", "batch_hint", "decodes_alo
 # Kafka messages per micro-batch when [pipeline] max_offsets_per_trigger is not set. A decoder class may say
 # otherwise with a class attribute ``max_offsets_per_trigger`` (Open Protocol batches up to 16 row changes per
 # message, so 200k of its messages, ~3.2M rows, overran the Spark JVM's heap in the benchmark).
-DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+# 50k rather than 200k: the first batch is read before anything applies, and the last is applied after the read
+# has ended, so smaller batches start and end the read/apply overlap sooner. Whole-process catch-up of 1M
+# Canal-JSON row changes on MariaDB: 77.3 s with 200k, 62.3 s with 50k; the first commit came at 16.5 s instead
+# of 31.2 s (docs/benchmarks.md, round 4).
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 50_000
 
 
 @runtime_checkable

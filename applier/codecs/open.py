@@ -516,7 +516,7 @@ class OpenDecoder:
     name = PROTOCOL
     gated = True
     decodes_alone = True  # a message's events depend on that message only: may decode in Spark workers
-    max_offsets_per_trigger = 12_500  # up to 16 row changes per message: keeps a batch near 200k row changes
+    max_offsets_per_trigger = 3_125  # up to 16 row changes per message: keeps a batch near 50k row changes
 
     def __init__(self, *, strict_values: bool = True, legacy_base64_strings: bool = False,
                  large_message_handle_compression: str = "none", claim_check_uri: str = "",

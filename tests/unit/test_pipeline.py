@@ -24,7 +24,8 @@ def test_the_batch_size_hint_is_the_decoders_own() -> None:
     from applier.codecs import DEFAULT_MAX_OFFSETS_PER_TRIGGER, batch_hint
     from applier.codecs.open import OpenDecoder
 
-    assert batch_hint("open") == OpenDecoder.max_offsets_per_trigger == 12_500  # 16 rows per message at most
+    assert batch_hint("open") == OpenDecoder.max_offsets_per_trigger == 3_125  # 16 rows per message at most
+    assert DEFAULT_MAX_OFFSETS_PER_TRIGGER == 50_000  # round 4: smaller batches overlap read and apply sooner
     assert batch_hint("canal-json") == batch_hint("simple") == DEFAULT_MAX_OFFSETS_PER_TRIGGER
 
 
