@@ -81,8 +81,8 @@ def test_minimal_config_and_defaults(tmp_path):
     assert s.pipeline.buffer_memory_bytes == 512 * 1024 * 1024
     assert s.pipeline.spill_dir == Path("/var/lib/applier/shop-replica/spill")
     assert s.pipeline.on_decode_error == "stop"
-    assert s.pipeline.trigger_interval == "1 second"
-    assert s.pipeline.trigger_interval_ms == 1000
+    assert s.pipeline.trigger_interval == "500 milliseconds"  # round 4: halves the wait for the next trigger
+    assert s.pipeline.trigger_interval_ms == 500
     assert s.pipeline.max_offsets_per_trigger is None
     assert s.source.topics == ("tidb-shop",)
     assert s.source.topic_pattern is None
