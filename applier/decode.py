@@ -133,16 +133,22 @@ class WorkerSpec:
 _worker_decoders: dict[str, Decoder] = {}  # per worker process (repr of its spec): warm caches across tasks
 
 
+def worker_decoder(spec: WorkerSpec) -> Decoder:
+    """This worker process's decoder for ``spec``, built once and kept warm across tasks."""
+    key = repr(spec)
+    decoder = _worker_decoders.get(key)
+    if decoder is None:
+        decoder = _worker_decoders[key] = get_decoder(spec.protocol, **dict(spec.options))
+    return decoder
+
+
 def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[Any]:
     """``mapInArrow`` body: record batches of (topic, partition, offset, key, value) -> batches of chunks.
 
     With ``stop_at_error`` a slice ends at its first bad record (the driver stops there anyway)."""
     import pyarrow as pa
 
-    key = repr(spec)
-    decoder = _worker_decoders.get(key)
-    if decoder is None:
-        decoder = _worker_decoders[key] = get_decoder(spec.protocol, **dict(spec.options))
+    decoder = worker_decoder(spec)
     for rb in batches:
         for lo in range(0, rb.num_rows, CHUNK_MESSAGES):
             part = rb.slice(lo, CHUNK_MESSAGES)
@@ -157,9 +163,7 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
 def warm_decoder(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[Any]:
     """``mapInArrow`` body of the start-up warm-up: build this worker's decoder (its imports and caches) and
     yield nothing, so the first micro-batch finds Python workers that are already up (Spark reuses them)."""
-    key = repr(spec)
-    if key not in _worker_decoders:
-        _worker_decoders[key] = get_decoder(spec.protocol, **dict(spec.options))
+    worker_decoder(spec)
     for _ in batches:
         pass
     return iter(())

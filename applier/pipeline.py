@@ -116,7 +116,7 @@ class DecodePlacement:
         return "Spark's Python workers" if self.executors else "the driver"
 
 
-def warm_python_workers(spark, settings: Settings) -> None:
+def warm_python_workers(spark, settings: Settings, spec: WorkerSpec) -> None:
     """Start Spark's Python workers and build their decoders in the background while the query starts.
 
     On a local master nothing starts them before the first micro-batch, which then paid the workers' start and
@@ -125,7 +125,6 @@ def warm_python_workers(spark, settings: Settings) -> None:
     A failure here is only logged: the first batch meets the same fault and reports it properly."""
     if not settings.spark.is_local:
         return
-    spec = worker_spec(settings)
     tasks = max(1, spark.sparkContext.defaultParallelism)
 
     def job() -> None:
@@ -504,9 +503,10 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
     # only a run that can work takes the pipeline over from another writer.
     query_dir = reset_checkpoint(spark, settings)
+    spec = worker_spec(settings)
     placement = DecodePlacement.for_settings(settings)
     if placement.executors:
-        warm_python_workers(spark, settings)
+        warm_python_workers(spark, settings, spec)
     parts = kafka_partitions(spark, settings)
     guard = None
     if placement.driver:
@@ -547,7 +547,6 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     query_box: list = []
     at_until_ts = threading.Event()  # the applied resolved ts reached until_ts: the query is being stopped
 
-    spec = worker_spec(settings)
     log.info("decoding %s records in %s", settings.source.protocol, placement.describe())
 
     def apply_batch(item: ReadBatch) -> None:
