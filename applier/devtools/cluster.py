@@ -7,7 +7,7 @@ ships ``bin/spark-class`` and every jar the daemons need, so ``SPARK_HOME`` is s
 Everything runs on 127.0.0.1 with free ports, in a temporary folder (work dirs, local dirs, logs), and every
 process is started in its own session so that killing its process group also ends what it started (a worker's
 executors and their Python workers). :func:`standalone_cluster` kills them all when its block ends, on errors
-too. Tooling: the product never imports it. (tests/e2e/test_cluster.py keeps its own fixture.)
+too. Tooling: the product never imports it; tests/e2e/test_cluster.py starts its cluster with it.
 """
 
 from __future__ import annotations

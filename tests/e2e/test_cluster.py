@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from sqlalchemy import create_engine, inspect
 
 from applier.config import ConfigError, parse_config
 from applier.pipeline import run
+from applier.devtools.cluster import Cluster, free_port, standalone_cluster
 from applier.devtools.verify import compare_tables
 from applier.devtools.changefeed import generate, produce
 from tests.e2e.helpers import config, target_url, write_toml
@@ -34,92 +32,16 @@ pytestmark = pytest.mark.e2e
 WORKERS = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _master_state(webui: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=5) as r:
-        return json.load(r)
-
-
-@dataclass
-class Cluster:
-    url: str
-    work_dirs: list[Path]
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    root = tmp_path_factory.mktemp("spark-cluster")
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m",
-               SPARK_LOG_DIR=str(root / "logs"), SPARK_PID_DIR=str(root))
-    spark_class = str(home / "bin" / "spark-class")
-    port, webui = _free_port(), _free_port()
-    procs: list[subprocess.Popen] = []
-
-    def start(name: str, *argv: str) -> None:
-        log = open(root / f"{name}.log", "wb")
-        procs.append(subprocess.Popen([spark_class, *argv], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True))
-
-    def wait(what: str, ok, seconds: float = 120) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                if ok():
-                    return
-            except OSError:
-                pass
-            if any(p.poll() is not None for p in procs):
-                break
-            time.sleep(0.5)
-        logs = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-2000:]}" for f in root.glob("*.log"))
-        raise AssertionError(f"Spark standalone cluster: {what} did not happen\n{logs}")
-
-    try:
-        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(webui))
-        wait("master up", lambda: _master_state(webui)["status"] == "ALIVE")
-        url = f"spark://127.0.0.1:{port}"
-        dirs = []
-        for i in range(WORKERS):
-            d = root / f"worker{i}"
-            dirs.append(d)
-            start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
-                  "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(d))
-        wait(f"{WORKERS} workers registered", lambda: _master_state(webui)["aliveworkers"] == WORKERS)
-        yield Cluster(url, dirs)
-    finally:
-        for p in procs:  # workers first is not needed: each group holds its executors and their Python workers
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    with standalone_cluster(WORKERS, root=tmp_path_factory.mktemp("spark-cluster")) as c:
+        yield c
 
 
 def _cluster_conf(cluster: Cluster, **extra: str) -> dict:
-    return {
-        "spark.pyspark.python": sys.executable,  # the nodes' Python: here the venv CI built
-        # this test keeps all traffic on loopback; on a real cluster leave these to Spark's defaults
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.executor.cores": "1",
-        "spark.executor.memory": "512m",
-        "spark.cores.max": str(WORKERS),
-        **extra,
-    }
+    # the nodes' Python is this test's (the venv CI built); everything stays on loopback, on a real cluster leave
+    # the driver's host to Spark's defaults
+    return cluster.driver_conf(extra=extra)
 
 
 def _applier(*argv: str, timeout: float = 420) -> subprocess.CompletedProcess[str]:
@@ -159,9 +81,6 @@ def test_replica_on_a_standalone_cluster(urls, cluster, unique, drop_schema, tmp
     cfg["pipeline"]["checkpoint_dir"] = (tmp_path / "ckpt").as_uri()  # a URI reaches Spark unchanged
     cfg["spark"] = {"master": cluster.url, "conf": _cluster_conf(
         cluster, **{"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
-                    # the Kafka source prefers one executor per partition (by the partition's hash); with three
-                    # partitions that can be one executor for all: let tasks take any free core instead
-                    "spark.locality.wait": "0",
                     "spark.eventLog.rolling.enabled": "false", "spark.eventLog.compress": "false"})}
     res = _applier("run", "-c", str(write_toml(tmp_path / "cluster.toml", cfg)), "--until-caught-up")
     assert res.returncode == 0, res.stderr[-4000:]
@@ -218,7 +137,7 @@ def test_spark_submit_client_mode(urls, cluster, unique, drop_schema, tmp_path) 
 
 def test_unreachable_master_is_named(tmp_path, urls) -> None:
     cfg = config(urls, "mariadb", "canal-json", "never-read", "shop_never", tmp_path / "ckpt")
-    cfg["spark"] = {"master": f"spark://127.0.0.1:{_free_port()}"}
+    cfg["spark"] = {"master": f"spark://127.0.0.1:{free_port()}"}
     t0 = time.monotonic()
     res = _applier("run", "-c", str(write_toml(tmp_path / "c.toml", cfg)), "--until-caught-up", timeout=120)
     assert res.returncode == 2, res.stderr[-3000:]
