@@ -139,9 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "reports the highest rate under 2 s")
     live.add_argument("--repeat", type=int, default=1, help="live runs per rate (same Spark session)")
     live.add_argument("--trigger-interval", default=None, metavar="TEXT",
-                      help='[pipeline] trigger_interval for live runs (default: the product default, "1 second")')
+                      help='[pipeline] trigger_interval for live runs (default: the product default, "500 ms")')
     live.add_argument("--no-verify", dest="verify", action="store_false",
                       help="live: skip the catch-up and the checksum comparison after the stop")
+    live.add_argument("--producer", choices=("encode", "pooled"), default=None,
+                      help="live: 'pooled' encodes a pool of transactions before the start and replays it with live "
+                           "commit ts (Canal-JSON only; the default for it), 'encode' runs the test encoder for "
+                           "every row (about 60 us each; the default for Open Protocol)")
+    live.add_argument("--pool-rows", type=_count, default=300_000, metavar="N",
+                      help="live, pooled producer: row changes in the pool, replayed in passes (300k)")
     live.add_argument("--startup", type=int, metavar="N",
                       help="time N fresh processes from start to the first applied transaction, by phase")
     live.add_argument("--micro-batch", type=int, metavar="N",
@@ -162,7 +168,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--dup-fraction must be in [0, 1)")
     if a.whole_process and (a.profile or a.live or a.sweep or a.startup or a.micro_batch):
         p.error("--whole-process is a catch-up run of a child process: not with --profile or the live modes")
+    _check_producer(p, a)
     return a
+
+
+def _check_producer(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """``--producer`` defaults by protocol; the pooled one cannot send Open Protocol (bench_live says why)."""
+    from applier.devtools.bench_live import default_producer, pooled_unsupported
+    if a.producer is None:
+        a.producer = default_producer(a.protocol)
+    elif a.producer == "pooled" and pooled_unsupported(a.protocol):
+        p.error(pooled_unsupported(a.protocol))
+    if a.pool_rows < 1:
+        p.error("--pool-rows must be >= 1")
 
 
 def _num(v: float | None, fmt: str = ",.0f") -> str:

@@ -6,7 +6,11 @@ Run through ``python -m applier.devtools.bench`` (``--live RATE --duration S``, 
 **Live staleness.** A producer *process* (spawned, so its encoding does not take the driver's GIL) writes a
 TiCDC-shaped changefeed (:class:`LiveWorkload`, the bench workload with commit ts taken from the wall clock) at
 a steady RATE of row changes per second, with a resolved ts on every partition every second (TiCDC's
-default). The applier runs in this process the way ``applier run`` does (``applier.pipeline.run`` without
+default). ``--producer encode`` (Open Protocol's) runs the test encoder for every row, 40-60 µs of CPU each,
+which caps it near 9k rows/s here; ``--producer pooled`` (Canal-JSON's default) encodes a pool of
+``--pool-rows`` row changes before the start and replays it in whole passes with live commit ts substituted into
+the bytes, about 3 µs per row (:mod:`applier.devtools.bench_pool`, which also says why the checksums still hold).
+The applier runs in this process the way ``applier run`` does (``applier.pipeline.run`` without
 ``until_caught_up``: the ``processingTime`` trigger), and a timer thread stops its query after warm-up + S s.
 
 What is measured, per applied target transaction: ``commit time - physical time of the resolved ts it
@@ -262,6 +266,11 @@ def _live_workload_class():
             self.ts_ms = physical_ms(ts)
             return ts
 
+        def commit_ts(self) -> int:
+            """A live commit ts (above every resolved ts handed out) for a transaction encoded elsewhere: the
+            pooled producer's (:mod:`applier.devtools.bench_pool`)."""
+            return self._next_ts()
+
         def _resolved(self) -> None:
             self._flush_all()
             ts = self.tso.resolved_ts(self.clock())
@@ -304,69 +313,183 @@ def _live_workload_class():
     return LiveWorkload
 
 
-def producer_main(conn, params: dict[str, Any]) -> None:
-    """The producer process: paced transactions for ``seconds``, a final resolved ts, then its figures (sent
-    through ``conn``). Runs in a spawned interpreter."""
-    import resource
+def _pool_workload_class():
+    from applier.devtools.bench_pool import PLACEHOLDER_MS, PLACEHOLDER_TSO
 
+    class PoolWorkload(_live_workload_class()):
+        """:class:`LiveWorkload` with every transaction at the pool's placeholder commit ts and no resolved ts:
+        what :func:`applier.devtools.bench_pool.build_pool` encodes once (the sender adds the timestamps live)."""
+
+        def _next_ts(self) -> int:
+            self.ts_ms = PLACEHOLDER_MS
+            return PLACEHOLDER_TSO
+
+        def _resolved(self) -> None:
+            self._flush_all()
+
+        def _after_txn(self) -> None:
+            pass
+
+    return PoolWorkload
+
+
+def default_producer(protocol: str) -> str:
+    """Pooled for Canal-JSON (fast enough for 30k/s); Open Protocol can only be encoded row by row (its batches
+    carry binary length prefixes, see :mod:`applier.devtools.bench_pool`)."""
+    return "pooled" if protocol == "canal-json" else "encode"
+
+
+def pooled_unsupported(protocol: str) -> str | None:
+    """Why ``--producer pooled`` cannot send ``protocol`` (None when it can)."""
+    if protocol == "canal-json":
+        return None
+    return (f"--producer pooled needs --protocol canal-json: {protocol} messages batch rows behind binary length "
+            "prefixes, which substituting the commit ts (a change of length) would break; use --producer encode")
+
+
+class KafkaOut:
+    """``produce(partition, key, value)`` into one topic, waiting out a full local queue; counts what it sent."""
+
+    def __init__(self, producer: Any, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.messages = 0
+        self.bytes = 0
+
+    def __call__(self, part: int, key: bytes | None, value: bytes) -> None:
+        prod = self.producer
+        while True:
+            try:
+                prod.produce(self.topic, value=value, key=key, partition=part)
+                break
+            except BufferError:
+                prod.poll(0.01)
+        self.messages += 1
+        self.bytes += len(value) + (len(key) if key else 0)
+        if not self.messages & 1023:
+            prod.poll(0)  # serve librdkafka's events now and then (no delivery callbacks are set)
+
+
+def _kafka_producer(params: Mapping[str, Any]) -> Any:
     from confluent_kafka import Producer
-
-    LiveWorkload = _live_workload_class()
-    wl = LiveWorkload(params["protocol"], tables=params["tables"], partitions=params["partitions"],
-                      seed=params["seed"], resolved_interval_ms=params["resolved_interval_ms"])
-    prod = Producer({"bootstrap.servers": params["bootstrap"], "linger.ms": params.get("linger_ms", 5),
+    return Producer({"bootstrap.servers": params["bootstrap"], "linger.ms": params.get("linger_ms", 5),
                      "enable.idempotence": True, "compression.type": "lz4", "message.max.bytes": 10_000_000,
                      "queue.buffering.max.kbytes": 65536})
-    topic = params["topic"]
-    counts = {"messages": 0, "bytes": 0}
+
+
+def producer_main(conn, params: dict[str, Any]) -> None:
+    """The producer process: paced transactions for ``seconds``, a final resolved ts, then its figures (sent
+    through ``conn``). Runs in a spawned interpreter. ``params["producer"]``: "encode" runs the test encoder for
+    every row; "pooled" (Canal-JSON) sends a pool encoded before the start (:mod:`applier.devtools.bench_pool`)."""
+    if params.get("producer", "encode") == "pooled":
+        report = _pooled_producer(conn, params)
+    else:
+        report = _encode_producer(conn, params)
+    conn.send(("done", report))
+    conn.close()
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time, every thread (librdkafka's included)."""
+    return time.process_time()
+
+
+@dataclass(frozen=True)
+class EncodedRun:
+    t_end: float
+    rows: int
+    worst_lateness_s: float
+
+
+def send_encoded(wl: Any, pacer: Pacer, *, produce: Callable[[int, bytes | None, bytes], None], seconds: float,
+                 now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> EncodedRun:
+    """The per-row producer's run without Kafka: ``wl`` (a :class:`LiveWorkload` on ``now``'s clock) encodes
+    every transaction as it is sent, at ``pacer``'s rate from ``pacer.start`` for ``seconds``, then the final
+    resolved ts."""
+    from applier.devtools.bench_pool import run_paced
 
     def send(msgs) -> None:
         for part, key, value in msgs:
-            while True:
-                try:
-                    prod.produce(topic, value=value, key=key, partition=part)
-                    break
-                except BufferError:
-                    prod.poll(0.01)
-            counts["messages"] += 1
-            counts["bytes"] += len(value) + (len(key) if key else 0)
-        prod.poll(0)
+            produce(part, key, value)
 
-    rate, seconds = params["rate"], params["seconds"]
+    def send_txn() -> int:
+        n, msgs = wl.transaction()  # a resolved ts follows when one is due
+        send(msgs)
+        return n
+
+    def resolve_if_due() -> None:
+        if wl.resolved_due():
+            send(wl.resolve_now())
+
+    send(wl.begin())
+    paced = run_paced(send_txn, pacer=pacer, deadline=pacer.start + seconds, control=wl,
+                      resolve_if_due=resolve_if_due, now=now, sleep=sleep)
+    t_end = now()
+    send(wl.end())
+    return EncodedRun(t_end, paced.rows, paced.worst_lateness_s)
+
+
+def _encode_producer(conn, params: dict[str, Any]) -> dict[str, Any]:
+    LiveWorkload = _live_workload_class()
+    wl = LiveWorkload(params["protocol"], tables=params["tables"], partitions=params["partitions"],
+                      seed=params["seed"], resolved_interval_ms=params["resolved_interval_ms"])
+    prod = _kafka_producer(params)
+    out = KafkaOut(prod, params["topic"])
     t0 = time.time()
     conn.send(("started", t0))
-    deadline = t0 + seconds
-    pacer = Pacer(rate, t0)
-    send(wl.begin())
-    rows = 0
-    worst_late = 0.0
-    interval = wl.resolved_interval_ms / 1000
-    while True:
-        now = time.time()
-        if now >= deadline:
-            break
-        wait = pacer.delay(rows, now)
-        if wait > 0:
-            next_resolved = wl.last_resolved_ms / 1000 + interval - now
-            time.sleep(max(0.0, min(wait, next_resolved, deadline - now)))
-            if wl.resolved_due():
-                send(wl.resolve_now())
-            continue
-        worst_late = max(worst_late, pacer.lateness(rows, now))
-        n, msgs = wl.transaction()
-        send(msgs)
-        rows += n
-    t_end = time.time()
-    send(wl.end())
+    cpu0 = _cpu_seconds()
+    res = send_encoded(wl, Pacer(params["rate"], t0), produce=out, seconds=params["seconds"])
     left = prod.flush(60)
+    return _report(
+        "encode", t0=t0, t_end=res.t_end, rows=res.rows, out=out, transactions=wl.stats.transactions,
+        resolved=wl.resolved_log, final_ts=wl.final_ts,
+        expected={t: (cs.rows, cs.digest_sum) for t, cs in wl.expected.items()}, table_names=wl.table_names,
+        schema=wl.schema, worst_lateness_s=res.worst_lateness_s, unacknowledged=left,
+        send_cpu_s=_cpu_seconds() - cpu0)
+
+
+def _pooled_producer(conn, params: dict[str, Any]) -> dict[str, Any]:
+    import gc
+
+    from applier.devtools.bench_pool import build_pool, pool_size_for, send_pooled
+
+    rate, seconds = params["rate"], params["seconds"]
+    kw = {"tables": params["tables"], "partitions": params["partitions"], "seed": params["seed"],
+          "resolved_interval_ms": params["resolved_interval_ms"]}
+    cpu0 = _cpu_seconds()
+    pool = build_pool(_pool_workload_class()(params["protocol"], **kw),
+                      pool_size_for(params["pool_rows"], rate, seconds))
+    gc.freeze()  # the pool lives to the end: keep the collector from walking it again and again
+    build_cpu = _cpu_seconds() - cpu0
+    prod = _kafka_producer(params)
+    out = KafkaOut(prod, params["topic"])
+    control = _live_workload_class()(params["protocol"], clock=wall_ms, **kw)
+    t0 = time.time()
+    conn.send(("started", t0))
+    cpu1 = _cpu_seconds()
+    res = send_pooled(pool, control, Pacer(rate, t0), produce=out, seconds=seconds)
+    left = prod.flush(60)
+    return _report(
+        "pooled", t0=t0, t_end=res.t_end, rows=res.rows, out=out, transactions=res.transactions,
+        resolved=res.resolved, final_ts=res.final_ts, expected=pool.expected, table_names=pool.table_names,
+        schema=pool.schema, worst_lateness_s=res.worst_lateness_s, unacknowledged=left,
+        send_cpu_s=_cpu_seconds() - cpu1, pool_rows=pool.rows, pool_transactions=len(pool.txns),
+        passes=res.passes, pool_build_s=round(pool.build_seconds, 2), pool_build_cpu_s=round(build_cpu, 2),
+        tail_rows=res.tail_rows, tail_s=round(res.tail_seconds, 2))
+
+
+def _report(producer: str, *, t0: float, t_end: float, rows: int, out: KafkaOut, worst_lateness_s: float,
+            send_cpu_s: float, **fields: Any) -> dict[str, Any]:
+    """The producer's figures for the driver. ``cpu_us_per_row``: CPU from the start to the flush (pool build
+    excluded) per row change sent, librdkafka's threads included."""
+    import resource
+
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    conn.send(("done", {
-        "t0": t0, "t_end": t_end, "rows": rows, "messages": counts["messages"], "bytes": counts["bytes"],
-        "transactions": wl.stats.transactions, "resolved": wl.resolved_log, "final_ts": wl.final_ts,
-        "expected": {t: (cs.rows, cs.digest_sum) for t, cs in wl.expected.items()},
-        "table_names": wl.table_names, "schema": wl.schema, "worst_lateness_s": round(worst_late, 3),
-        "unacknowledged": left, "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 2)}))
-    conn.close()
+    return {"producer": producer, "t0": t0, "t_end": t_end, "rows": rows, "messages": out.messages,
+            "bytes": out.bytes, "worst_lateness_s": round(worst_lateness_s, 3),
+            "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 2), "send_cpu_s": round(send_cpu_s, 2),
+            "cpu_us_per_row": round(1e6 * send_cpu_s / rows, 2) if rows else None,
+            "pool_rows": None, "passes": None, **fields}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -553,8 +676,10 @@ def run_live(a: argparse.Namespace, rate: int, spark, kafka: str, url: str) -> d
     engine = make_engine(settings)
     clock = LiveClock()
     total = a.warmup + a.duration
+    producer = a.producer or default_producer(a.protocol)
     params = {"protocol": a.protocol, "tables": a.tables, "partitions": a.partitions, "seed": a.seed,
-              "resolved_interval_ms": 1000, "bootstrap": kafka, "topic": topic, "rate": rate, "seconds": total}
+              "resolved_interval_ms": 1000, "bootstrap": kafka, "topic": topic, "rate": rate, "seconds": total,
+              "producer": producer, "pool_rows": a.pool_rows}
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=producer_main, args=(child, params), name="bench-live-producer", daemon=True)
@@ -562,11 +687,12 @@ def run_live(a: argparse.Namespace, rate: int, spark, kafka: str, url: str) -> d
     stop_at: list[float] = []
     try:
         proc.start()
-        if not parent.poll(120):
+        # the pooled producer encodes its pool first (about 50 us per row on this machine; 500 us allowed)
+        if not parent.poll(120 + (a.pool_rows / 2000 if producer == "pooled" else 0)):
             raise RuntimeError("the producer process did not start")
         _, t0 = parent.recv()
         _log(f"live {rate:,}/s {a.protocol} -> {a.target}: producing for {a.warmup:.0f} s warm-up + {a.duration:.0f} s "
-             f"(trigger {settings.pipeline.trigger_interval})")
+             f"(trigger {settings.pipeline.trigger_interval}, {producer} producer)")
         timer = threading.Timer(max(0.0, t0 + total - time.time()), lambda: stop_at.append(stop_queries(spark)))
         timer.daemon = True
         timer.start()
@@ -607,6 +733,9 @@ def run_live(a: argparse.Namespace, rate: int, spark, kafka: str, url: str) -> d
             "produce_rows_per_s": produce_rate, "apply_rows_per_s": apply_rate,
             "rows_produced": prod["rows"], "messages_produced": prod["messages"],
             "producer_worst_lateness_s": prod["worst_lateness_s"], "producer_cpu_s": prod["cpu_seconds"],
+            "producer": prod["producer"], "producer_cpu_us_per_row": prod["cpu_us_per_row"],
+            "pool_rows": prod["pool_rows"], "passes": prod["passes"], "pool_build_s": prod.get("pool_build_s"),
+            "tail_rows": prod.get("tail_rows"), "tail_s": prod.get("tail_s"),
             # a producer that fell behind sent in bursts to catch up: the run did not measure the asked rate
             "producer_kept_up": produce_rate is not None and produce_rate >= 0.95 * rate,
             "driver_cpu_s": round((ru1[0] + ru1[1]) - (ru0[0] + ru0[1]), 1),
@@ -632,6 +761,15 @@ def run_live(a: argparse.Namespace, rate: int, spark, kafka: str, url: str) -> d
         engine.dispose()
 
 
+def producer_text(r: Mapping[str, Any]) -> str:
+    """How the run's messages were made: "encode producer" or the pool's size and passes."""
+    mode = r.get("producer", "encode")
+    if mode != "pooled":
+        return f"{mode} producer"
+    return (f"pooled producer: pool {r['pool_rows']:,} rows (built in {r.get('pool_build_s')} s), {r['passes']} "
+            f"passes, last pass completed unpaced: {r.get('tail_rows') or 0:,} rows in {r.get('tail_s')} s")
+
+
 def format_live(r: dict[str, Any]) -> str:
     s, pr, ag = r["staleness_per_commit_s"], r["staleness_per_resolved_ts_s"], r["replica_age_before_commit_s"]
     f = (lambda x, spec=".3f": "n/a" if x is None else format(x, spec))
@@ -648,8 +786,10 @@ def format_live(r: dict[str, Any]) -> str:
         f"  of which: resolved ts to batch start p50 {f(r.get('trigger_wait_s', {}).get('p50'))}, "
         f"batch start to commit p50 {f(r.get('batch_read_and_apply_s', {}).get('p50'))} "
         f"p99 {f(r.get('batch_read_and_apply_s', {}).get('p99'))} s",
-        f"  produced {f(r['produce_rows_per_s'], ',.0f')} rows/s (producer worst lateness "
-        f"{r['producer_worst_lateness_s']} s, CPU {r['producer_cpu_s']} s), applied {f(r['apply_rows_per_s'], ',.0f')} rows/s, "
+        f"  produced {f(r['produce_rows_per_s'], ',.0f')} rows/s ({producer_text(r)}; worst lateness "
+        f"{r['producer_worst_lateness_s']} s, CPU {r['producer_cpu_s']} s, "
+        f"{f(r.get('producer_cpu_us_per_row'), '.1f')} us/row sent), "
+        f"applied {f(r['apply_rows_per_s'], ',.0f')} rows/s, "
         f"{r['batches_in_window']} batches in the window (median interval {r['batch_interval_median_s']} s), "
         f"driver CPU {r['driver_cpu_s']} s; machine busy {r.get('machine_busy_cpu_s')} CPU-s of 2 x {r.get('run_seconds')} s "
         f"(load before {r.get('loadavg_1m_before')})",

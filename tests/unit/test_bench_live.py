@@ -140,3 +140,50 @@ def test_split_staleness_at_the_batch_start() -> None:
     wait, inside = L.split_staleness(commits, starts, lo=10.0, hi=20.0)
     assert wait == pytest.approx([0.4, 0.6]) and inside == pytest.approx([0.5, 0.6])
     assert L.split_staleness(commits, starts[:2], lo=10.0, hi=20.0) == ([], [])
+
+
+def test_producer_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    a = parse_args(["--live", "30k"])
+    assert (a.producer, a.pool_rows) == ("pooled", 300_000)  # Canal-JSON: pooled by default
+    assert parse_args(["--live", "5k", "--protocol", "open"]).producer == "encode"
+    a = parse_args(["--live", "5k", "--producer", "encode", "--pool-rows", "1.5M"])
+    assert (a.producer, a.pool_rows) == ("encode", 1_500_000)
+    assert parse_args(["--sweep", "5k,30k", "--pool-rows", "50k"]).pool_rows == 50_000
+    with pytest.raises(SystemExit):
+        parse_args(["--live", "5k", "--protocol", "open", "--producer", "pooled"])
+    assert "length prefixes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--live", "5k", "--pool-rows", "0"])
+
+
+def test_the_per_row_producer_paces_its_rows_between_resolved_ts() -> None:
+    """``send_encoded`` on a fake clock: the rate holds, a resolved ts every second on every partition, no commit
+    ts at or below a resolved ts before it, the final resolved ts last and above every commit ts."""
+    import json
+
+    t = [1_765_000_000.0]
+    sent: list[tuple[int, bytes]] = []
+
+    def produce(part: int, key: bytes | None, value: bytes) -> None:
+        sent.append((part, value))
+        t[0] += 20e-6
+
+    def sleep(s: float) -> None:
+        t[0] += s
+
+    wl = L._live_workload_class()("canal-json", tables=2, partitions=2, seed=3, clock=lambda: int(t[0] * 1000))
+    rate, seconds = 2000, 3.0
+    res = L.send_encoded(wl, L.Pacer(rate, t[0]), produce=produce, seconds=seconds, now=lambda: t[0], sleep=sleep)
+    assert rate * seconds <= res.rows <= rate * seconds + 500 and res.rows == wl.stats.row_events
+    last = {0: 0, 1: 0}
+    commits = []
+    for part, value in sent:
+        m = json.loads(value)
+        if "watermarkTs" in m.get("_tidb", {}):
+            last[part] = m["_tidb"]["watermarkTs"]
+        elif not m["isDdl"]:
+            assert m["_tidb"]["commitTs"] > last[part]
+            commits.append(m["_tidb"]["commitTs"])
+    assert len(commits) == res.rows
+    assert set(last.values()) == {wl.final_ts} and wl.final_ts > max(commits)
+    assert len(wl.resolved_log) == pytest.approx(seconds + 2, abs=1)  # begin, one a second, the final one
