@@ -174,7 +174,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _check_producer(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """``--producer`` defaults by protocol; the pooled one cannot send Open Protocol (bench_live says why)."""
-    from applier.devtools.bench_live import default_producer, pooled_unsupported
+    from applier.devtools.bench_live import default_producer
+    from applier.devtools.bench_pool import pooled_unsupported
     if a.producer is None:
         a.producer = default_producer(a.protocol)
     elif a.producer == "pooled" and pooled_unsupported(a.protocol):

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from applier.devtools.bench_parts import _count, check_workload_args
+from applier.devtools.bench_parts import _count, check_workload_args, run_spawned
 
 MODES = ("count", "passthrough", "decode")
 Log = Callable[[str], None]
@@ -138,35 +138,6 @@ def measure_mode(a: argparse.Namespace, mode: str, kafka: str, url: str, topic: 
     return figures(mode, wall, seen[0], cpu)
 
 
-def _child(conn: Any, a: argparse.Namespace, mode: str, kafka: str, url: str, topic: str) -> None:
-    try:
-        conn.send(measure_mode(a, mode, kafka, url, topic))
-    except BaseException as exc:  # the parent reports it; a child must not die silently
-        conn.send({"mode": mode, "error": f"{type(exc).__name__}: {exc}"[:2000]})
-    finally:
-        conn.close()
-
-
-def run_isolated(a: argparse.Namespace, mode: str, kafka: str, url: str, topic: str) -> dict[str, Any]:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, a, mode, kafka, url, topic), name=f"bench-floor-{mode}")
-    proc.start()
-    send.close()
-    try:
-        try:
-            return recv.recv()
-        except EOFError:
-            return {"mode": mode, "error": "the measuring process died without a result"}
-    finally:
-        proc.join(60)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-
-
 def format_report(r: Mapping[str, Any]) -> str:
     lines = [f"Spark alone on {r['topic']} ({r['messages']:,} messages), local[{r['cores']}], "
              f"{r['max_offsets_per_trigger']:,} messages per micro-batch"]
@@ -197,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for mode in a.modes:
             log(f"{mode}: a fresh process reads {topic}")
-            modes.append(run_isolated(a, mode, kafka, url, topic))
+            modes.append(run_spawned(measure_mode, a, mode, kafka, url, topic, name=f"bench-floor-{mode}",
+                                     label={"mode": mode}))
             if "error" not in modes[-1]:
                 log(f"  {modes[-1]['wall_s']} s, CPU µs/message {modes[-1]['cpu_us_per_message']}")
     finally:

@@ -339,14 +339,6 @@ def default_producer(protocol: str) -> str:
     return "pooled" if protocol == "canal-json" else "encode"
 
 
-def pooled_unsupported(protocol: str) -> str | None:
-    """Why ``--producer pooled`` cannot send ``protocol`` (None when it can)."""
-    if protocol == "canal-json":
-        return None
-    return (f"--producer pooled needs --protocol canal-json: {protocol} messages batch rows behind binary length "
-            "prefixes, which substituting the commit ts (a change of length) would break; use --producer encode")
-
-
 class KafkaOut:
     """``produce(partition, key, value)`` into one topic, waiting out a full local queue; counts what it sent."""
 
@@ -406,26 +398,22 @@ def send_encoded(wl: Any, pacer: Pacer, *, produce: Callable[[int, bytes | None,
     """The per-row producer's run without Kafka: ``wl`` (a :class:`LiveWorkload` on ``now``'s clock) encodes
     every transaction as it is sent, at ``pacer``'s rate from ``pacer.start`` for ``seconds``, then the final
     resolved ts."""
-    from applier.devtools.bench_pool import run_paced
-
-    def send(msgs) -> None:
-        for part, key, value in msgs:
-            produce(part, key, value)
+    from applier.devtools.bench_pool import emit, run_paced
 
     def send_txn() -> int:
         n, msgs = wl.transaction()  # a resolved ts follows when one is due
-        send(msgs)
+        emit(produce, msgs)
         return n
 
     def resolve_if_due() -> None:
         if wl.resolved_due():
-            send(wl.resolve_now())
+            emit(produce, wl.resolve_now())
 
-    send(wl.begin())
+    emit(produce, wl.begin())
     paced = run_paced(send_txn, pacer=pacer, deadline=pacer.start + seconds, control=wl,
                       resolve_if_due=resolve_if_due, now=now, sleep=sleep)
     t_end = now()
-    send(wl.end())
+    emit(produce, wl.end())
     return EncodedRun(t_end, paced.rows, paced.worst_lateness_s)
 
 

@@ -12,7 +12,7 @@ import re
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from applier.timing import StageTimer
 
@@ -256,3 +256,54 @@ def produce_stream(bootstrap: str, topic: str, messages: Iterable[tuple[int, byt
     if left:
         raise RuntimeError(f"{left} message(s) to {topic} were not acknowledged by {bootstrap}")
     return n, nbytes
+
+
+# ---- a measurement in a process of its own ----------------------------------------------------------------------
+
+def _spawned_child(conn: Any, fn: Callable[..., dict[str, Any]], args: tuple, label: Mapping[str, Any]) -> None:
+    """The child of :func:`run_spawned`. A SIGTERM from the parent becomes an exception, so what ``fn`` started
+    (a Spark session, a cluster) is still stopped by its own ``finally`` blocks; any failure comes back as
+    ``{**label, "error": ...}`` instead of a silent death."""
+    import signal
+
+    def stop(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one must not cut the clean-up short
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        conn.send(fn(*args))
+    except BaseException as exc:
+        conn.send({**label, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+    finally:
+        conn.close()
+
+
+def run_spawned(fn: Callable[..., dict[str, Any]], *args: Any, name: str, label: Mapping[str, Any]) -> dict[str, Any]:
+    """``fn(*args)`` in a spawned process; returns its result dict, or ``{**label, "error": ...}``.
+
+    Why a process: each measurement gets its own driver JVM, so none starts warmer than another (a second
+    SparkContext in one JVM inherits the first's JIT warm-up, class loading and shipped files). ``fn`` and
+    ``args`` must pickle (a module-level function)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_spawned_child, args=(send, fn, args, dict(label)), name=name)
+    proc.start()
+    send.close()
+    try:
+        try:
+            result = recv.recv()
+        except EOFError:
+            result = {**label, "error": "the measuring process died without a result"}
+        proc.join()
+        return result
+    finally:
+        if proc.is_alive():  # interrupted: a Ctrl-C reached the child too and it is cleaning up; else ask it to
+            proc.join(30)
+            proc.terminate()  # it turns SIGTERM into an exception, so its clean-up still runs
+            proc.join(90)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()

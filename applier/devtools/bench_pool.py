@@ -139,13 +139,26 @@ class Pool:
         return sum(len(t.messages) for t in self.txns)
 
 
+def pooled_unsupported(protocol: str) -> str | None:
+    """Why the pooled producer cannot send ``protocol`` (None when it can)."""
+    if protocol == "canal-json":
+        return None
+    return (f"--producer pooled needs --protocol canal-json: {protocol} messages batch rows behind binary length "
+            "prefixes, which substituting the commit ts (a change of length) would break; use --producer encode")
+
+
+def emit(produce: Produce, msgs: Sequence[Message]) -> None:
+    """Send messages that need no substitution (CREATE TABLEs, resolved ts, per-row encoded transactions)."""
+    for part, key, value in msgs:
+        produce(part, key, value)
+
+
 def build_pool(source: PoolSource, rows: int) -> Pool:
     """About ``rows`` row changes of ``source`` (whole transactions, so up to one transaction more), each message
     checked to carry the placeholder commit ts exactly once (:func:`check_placeholders`). ``source`` is used up."""
-    if source.protocol != "canal-json":
-        raise ValueError(f"the pooled producer needs canal-json, not {source.protocol!r}: Open Protocol batches "
-                         "rows behind binary length prefixes, which a length-changing commit-ts substitution "
-                         "would break")
+    why = pooled_unsupported(source.protocol)
+    if why:
+        raise ValueError(why)
     if rows < 1:
         raise ValueError("a pool needs at least one row change")
     t = time.perf_counter()
@@ -258,19 +271,14 @@ class PoolSender:
         self.passes = 0
         self.resolved: list[tuple[int, int]] = []
 
-    def emit(self, msgs: Sequence[Message]) -> None:
-        produce = self.produce
-        for part, key, value in msgs:
-            produce(part, key, value)
-
     def begin(self) -> None:
         """The CREATE TABLEs and a first resolved ts, encoded live."""
-        self.emit(self.control.begin())
+        emit(self.produce, self.control.begin())
         self.resolved.append((self.control.prev_resolved_ts, 0))
 
     def resolve_if_due(self) -> None:
         if self.control.resolved_due():
-            self.emit(self.control.resolve_now())
+            emit(self.produce, self.control.resolve_now())
             self.resolved.append((self.control.prev_resolved_ts, self.rows))
 
     def send_next(self) -> int:
@@ -296,7 +304,7 @@ class PoolSender:
 
     def end(self) -> int:
         """The final resolved ts (above every commit ts sent); returns it."""
-        self.emit(self.control.end())
+        emit(self.produce, self.control.end())
         final = self.control.final_ts
         self.resolved.append((final, self.rows))
         return final

@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from applier.devtools.bench_parts import StageClock, _count, check_workload_args, safe_name, system_cpu_ticks
+from applier.devtools.bench_parts import (StageClock, _count, check_workload_args, run_spawned, safe_name,
+                                          system_cpu_ticks)
 
 PROTOCOLS = ("canal-json", "open")
 TARGETS = ("postgres", "mariadb")
@@ -570,23 +571,8 @@ def measure_on(spark, a: argparse.Namespace, settings, wl: Workload, schema: str
     log(f"    {out['decode_only']['us_per_event']:.1f} us/event")
 
 
-def _child(conn, a: argparse.Namespace, wl: Workload, workers: int) -> None:
-    """A spawned process per worker count: its own driver JVM, so every count starts as cold as the other (a
-    second SparkContext in one JVM would inherit the first's JIT warm-up, class loading and shipped files). A
-    SIGTERM from the parent becomes an exception, so the cluster and the session are still stopped."""
-    import signal
-
-    def stop(*_: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one must not cut the clean-up short
-        raise KeyboardInterrupt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        conn.send(run_on_cluster(a, wl, workers, _stderr))
-    except BaseException as exc:
-        conn.send({"workers": workers, "error": f"{type(exc).__name__}: {exc}"[:4000]})
-    finally:
-        conn.close()
+def _on_cluster_quietly(a: argparse.Namespace, wl: Workload, workers: int) -> dict[str, Any]:
+    return run_on_cluster(a, wl, workers, _stderr)
 
 
 def _stderr(msg: str) -> None:
@@ -594,31 +580,13 @@ def _stderr(msg: str) -> None:
 
 
 def run_isolated(a: argparse.Namespace, wl: Workload, workers: int, log: Log) -> dict[str, Any]:
-    """:func:`run_on_cluster` in a spawned child process; returns its result (or its error)."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, a, wl, workers), name=f"bench-scale-w{workers}")
-    proc.start()
-    send.close()
-    try:
-        try:
-            result = recv.recv()
-        except EOFError:
-            result = {"workers": workers, "error": "the measuring process died without a result"}
-        proc.join()
-        if "error" in result:
-            log(f"  {workers} worker(s) FAILED: {result['error'].splitlines()[0][:300]}")
-        return result
-    finally:
-        if proc.is_alive():  # interrupted: a Ctrl-C reached the child too and it is cleaning up; else ask it to
-            proc.join(30)
-            proc.terminate()  # it turns SIGTERM into an exception, so its cluster and session are stopped
-            proc.join(90)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+    """:func:`run_on_cluster` in a spawned process of its own (a cold driver JVM per worker count, so the second
+    count does not start warmer than the first); returns its result (or its error)."""
+    result = run_spawned(_on_cluster_quietly, a, wl, workers, name=f"bench-scale-w{workers}",
+                         label={"workers": workers})
+    if "error" in result:
+        log(f"  {workers} worker(s) FAILED: {result['error'].splitlines()[0][:300]}")
+    return result
 
 
 def machine_info() -> dict[str, Any]:
