@@ -39,6 +39,8 @@ Example (every key; see ``conf/*.toml``)::
     starting_offsets = "earliest"         # earliest | latest, for a pipeline with no progress yet
     start_ts = 449958940139667457         # optional TiDB TSO (gated protocols): a new pipeline skips every change
                                           # committed at or before it (the replica holds the snapshot at that TSO)
+    max_clock_skew = "1 minute"           # a commit/resolved ts further ahead of this host's clock is untrusted:
+                                          # on_decode_error settles its message (applier.clock)
     [source.kafka]                        # passed to the consumer as kafka.<key>
 
     [target]
@@ -86,6 +88,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from applier.clock import DEFAULT_MAX_SKEW_MS
 from applier.routing import APPLY_ERROR_POLICIES, DECODE_ERROR_POLICIES, MAX_NAME_LENGTH, Rule, RuleError
 
 __all__ = [
@@ -220,7 +223,7 @@ _PIPELINE_KEYS = (
     "decode_on",
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "start_ts", "kafka",
-                "codec")
+                "codec", "max_clock_skew")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
                 "retry_seconds", "schema_evolution")
 SCHEMA_EVOLUTION = ("none", "create", "evolve")
@@ -413,6 +416,8 @@ class SourceSettings(_RedactedRepr):
     kafka: Mapping[str, str] = field(default_factory=FrozenMap)
     _kafka_templates: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
     codec: Mapping[str, Any] = field(default_factory=FrozenMap)  # decoder options ([source.codec])
+    # a ts further ahead of this host's clock is untrusted input (applier.clock, invariant 15)
+    max_clock_skew_ms: int = DEFAULT_MAX_SKEW_MS
 
     def subscription(self) -> tuple[str, str]:
         """The Spark Kafka source option naming what to read: ``("subscribe", "a,b")`` or
@@ -440,6 +445,7 @@ class SourceSettings(_RedactedRepr):
             "protocol": self.protocol,
             "starting_offsets": self.starting_offsets,
             "start_ts": self.start_ts,
+            "max_clock_skew_ms": self.max_clock_skew_ms,
             "kafka": _redact_options(self.kafka, self._kafka_templates),
             "codec": {k: _redact_codec_value(k, v) for k, v in self.codec.items()},
         }
@@ -890,6 +896,8 @@ class _Parser:
         codec = self.codec_options(d.get("codec", {}), protocol)
         starting = self.choice(d, p, "starting_offsets", ("earliest", "latest"), "earliest")
         start_ts = self.start_ts(d, protocol, codec, starting)
+        skew_text = self.get(d, p, "max_clock_skew", str, hint='max_clock_skew = "1 minute"', default=None)
+        skew_ms = DEFAULT_MAX_SKEW_MS if skew_text is None else self.duration("source.max_clock_skew", skew_text)[1]
         kafka, kafka_templates = self.options(
             d.get("kafka", {}), "source.kafka", OWNED_KAFKA_KEYS, allow_float=False, prefix_hint="kafka."
         )
@@ -900,6 +908,7 @@ class _Parser:
             topic_pattern=pattern,
             starting_offsets=starting,
             start_ts=start_ts,
+            max_clock_skew_ms=skew_ms,
             kafka=kafka,
             _kafka_templates=kafka_templates,
             codec=codec,

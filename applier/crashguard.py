@@ -98,7 +98,8 @@ class DriverDecodeGuard:
         self.poison = poison
         self.protocol = protocol
 
-    def decode(self, decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool) -> Decoded:
+    def decode(self, decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool,
+               max_skew_ms: int | None = None) -> Decoded:
         msgs = messages if isinstance(messages, list) else list(messages)
         poison = self.poison
         bad: list[KafkaMessage] = []
@@ -110,7 +111,7 @@ class DriverDecodeGuard:
         if msgs:
             self.marker.arm(msgs)
             try:
-                decoded = decode_messages(decoder, msgs, stop_at_error=stop_at_error)
+                decoded = decode_messages(decoder, msgs, stop_at_error=stop_at_error, max_skew_ms=max_skew_ms)
             finally:
                 self.marker.disarm()
         else:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
 from applier.blocks import BlockCodec
+from applier.clock import clock_limit, untrusted
 from applier.codecs import Decoder, get_decoder
 from applier.events import DDL, DecodeError, Event, KafkaMessage, RowChange
 
@@ -65,14 +66,19 @@ def with_protocol_hint(exc: DecodeError, decoder: Decoder, msg: KafkaMessage) ->
                        held_message=exc.held_message)
 
 
-def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool) -> Decoded:
+def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool,
+                    max_skew_ms: int | None = None) -> Decoded:
     """Decode ``messages`` in order. With ``stop_at_error`` the first DecodeError (with a protocol hint) is
     raised; otherwise every bad record is collected with its error and decoding goes on.
+
+    Every event's ts is checked against this host's clock (:mod:`applier.clock`; ``max_skew_ms`` None checks
+    only that it fits 63 bits): a message with an untrusted ts is a bad record like any undecodable one.
 
     Each row/DDL event gets ``size``: its share of the record's bytes, what the gate's memory budget counts."""
     out = Decoded()
     events = out.events
     decode = decoder.decode
+    limit = clock_limit(max_skew_ms)
     n = 0
     for msg in messages:
         n += 1
@@ -85,6 +91,10 @@ def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_
             # a decoder that held messages (waiting for a schema) may find one of *those* bad
             out.errors.append((exc.held_message or msg, exc))
             continue
+        if evs:
+            bad = untrusted(evs, limit)
+            if bad is not None:
+                evs = _refuse_untrusted(decoder, msg, evs, bad, limit, out, stop_at_error)
         if not evs:
             out.empty.append((msg.topic, msg.partition, msg.offset))
             continue
@@ -95,6 +105,35 @@ def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_
         events.extend(evs)
     out.messages = n
     return out
+
+
+def _refuse_untrusted(decoder: Decoder, msg: KafkaMessage, evs: list[Event], bad: tuple[Event, str] | None,
+                      limit: int, out: Decoded, stop_at_error: bool) -> list[Event]:
+    """A message with an untrusted ts (applier.clock) becomes a bad record: none of its events goes on. The events
+    of other messages a decoder released in the same call (Simple's held rows) go on, each message judged alone
+    (a later one of them may be refused in turn). Returns the events that go on."""
+    while bad is not None:
+        ev, reason = bad
+        pos = ev.position
+        assert pos is not None
+        mine = [e for e in evs if e.position == pos and (type(e) is RowChange or type(e) is DDL)]
+        exc = DecodeError(pos, reason, protocol=getattr(decoder, "name", ""),
+                          held_message=None if pos == msg.position else
+                          KafkaMessage(pos.topic, pos.partition, pos.offset, None, None),
+                          table=_one_table(mine), rowless=not mine)
+        if stop_at_error:
+            raise exc
+        # a held message's bytes went with the decoder's hold: the record names its position (Kafka has the bytes)
+        out.errors.append((exc.held_message or msg, exc))
+        evs = [e for e in evs if e.position != pos]
+        bad = untrusted(evs, limit)
+    return evs
+
+
+def _one_table(events: list[Event]) -> tuple[str, str] | None:
+    """The one upstream table ``events`` name (None when they name several, or none)."""
+    names = {(e.schema, e.table) for e in events}  # type: ignore[union-attr]
+    return names.pop() if len(names) == 1 else None
 
 
 # ---- chunks: a worker's Decoded as bytes -------------------------------------------------------------------
@@ -128,6 +167,7 @@ class WorkerSpec:
     protocol: str
     options: tuple[tuple[str, Any], ...]
     stop_at_error: bool
+    max_skew_ms: int | None = None  # [source] max_clock_skew (applier.clock); None: only the 63-bit check
 
 
 _worker_decoders: dict[str, Decoder] = {}  # per worker process (repr of its spec): warm caches across tasks
@@ -154,7 +194,7 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
             part = rb.slice(lo, CHUNK_MESSAGES)
             msgs = map(KafkaMessage, *(part.column(i).to_pylist() for i in range(5)))
             try:
-                d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error)
+                d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error, max_skew_ms=spec.max_skew_ms)
             except DecodeError as exc:
                 d = Decoded(errors=[(_bad_record(part, exc), exc)])
             yield pa.RecordBatch.from_arrays([pa.array([encode_chunk(d)], type=pa.binary())], names=["chunk"])
@@ -309,7 +349,7 @@ def _child_main() -> None:
     spec, msgs = pickle.loads(sys.stdin.buffer.read())
     decoder = get_decoder(spec.protocol, **dict(spec.options))
     try:
-        d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error)
+        d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error, max_skew_ms=spec.max_skew_ms)
     except DecodeError as exc:
         bad = next(m for m in msgs if m.partition == exc.position.partition and m.offset == exc.position.offset)
         d = Decoded(errors=[(bad, exc)])

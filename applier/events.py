@@ -127,10 +127,17 @@ class DecodeError(Exception):
     """A message that cannot be decoded. Carries where it was and why; the pipeline stops or quarantines."""
 
     def __init__(self, position: SourcePosition, reason: str, *, protocol: str = "",
-                 held_message: "KafkaMessage | None" = None) -> None:
+                 held_message: "KafkaMessage | None" = None, table: "tuple[str, str] | None" = None,
+                 rowless: bool = False) -> None:
         self.position = position
         self.reason = reason
         self.protocol = protocol
+        # The upstream table the message's events name, when they were decoded and refused afterwards (an
+        # untrusted ts, a name no route can place): the policy then holds that table, not the whole partition.
+        self.table = table
+        # The message carries no row or DDL (a watermark / resolved ts): under quarantine it is recorded, and
+        # nothing is held behind it, since nothing of any table follows it in commit order.
+        self.rowless = rowless
         # A decoder that held messages (waiting for a schema) may find one of *those* bad while decoding a later
         # message: this is the bad one, to quarantine instead of the message being decoded (whose offset the
         # gate must not take as done, since its own events come back with the next call).

@@ -85,6 +85,10 @@ class PipelineMetrics(StageTimer):
             "ddl_skipped": Counter("applier_ddl_skipped", "DDL recorded as skipped", labels, registry=r),
             "quarantined_messages": Counter("applier_quarantined_messages", "Messages that could not be decoded "
                                             "(quarantined or skipped)", labels, registry=r),
+            "untrusted_timestamps": Counter("applier_untrusted_timestamps", "Messages refused because their commit "
+                                            "or resolved ts was ahead of this host's clock by more than "
+                                            "source.max_clock_skew, or did not fit 63 bits (counted in "
+                                            "applier_quarantined_messages too)", labels, registry=r),
             "quarantined_row_changes": Counter("applier_quarantined_row_changes", "Row changes held or set aside "
                                                "(on_apply_error, blocks)", labels, registry=r),
             "duplicates_dropped": Counter("applier_duplicates_dropped", "Events dropped as already applied or "
@@ -134,6 +138,7 @@ class PipelineMetrics(StageTimer):
         c["ddl_applied"].inc(rep.applied.ddls)
         c["ddl_skipped"].inc(rep.applied.ddls_skipped)
         c["quarantined_messages"].inc(rep.quarantined)
+        c["untrusted_timestamps"].inc(getattr(rep, "untrusted", 0))
         c["quarantined_row_changes"].inc(rep.applied.quarantined_rows)
         c["transactions"].inc(rep.applied.transactions)
         c["batches"].inc()

@@ -15,7 +15,8 @@ from typing import Callable, Iterable
 from sqlalchemy.engine import Engine
 
 from applier.apply import Applier, ApplyStats
-from applier.codecs import Decoder, HoldsMessages, table_of
+from applier.clock import UNTRUSTED
+from applier.codecs import Decoder, HoldsMessages, plausible_table, table_of
 from applier.crashguard import DriverDecodeGuard
 from applier.decode import KILLED, Decoded, decode_chunk, decode_messages
 from applier.dialect import Dialect, dialect_for
@@ -23,6 +24,7 @@ from applier.events import DDL, DecodeError, KafkaMessage, RowChange
 from applier.gate import Gate
 from applier.progress import PipelineState, ProgressStore
 from applier.quarantine import HELD, SKIPPED, UndecodableMessage
+from applier.routing import RoutingError
 from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.processor")
@@ -33,6 +35,7 @@ class BatchReport:
     messages: int = 0
     events: int = 0
     quarantined: int = 0
+    untrusted: int = 0  # of those, messages refused for an untrusted ts (applier.clock)
     applied: ApplyStats = field(default_factory=ApplyStats)
     global_resolved: int = 0
     applied_ts: int = 0
@@ -50,12 +53,14 @@ class BatchProcessor:
                  apply_error_policy=None, ddl_scope=None, guard: DriverDecodeGuard | None = None,
                  write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
-                 until_ts: int | None = None, schema_evolution: str = "none") -> None:
+                 until_ts: int | None = None, schema_evolution: str = "none",
+                 max_skew_ms: int | None = None) -> None:
         """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
         ``source.start_ts``, that TSO: :func:`applier.pipeline.seed_start_ts`). ``until_ts`` makes the gate release
         nothing committed after it (``applier run --until-ts``; gated protocols only)."""
         self.timer = timer
         self.decoder = decoder
+        self.max_skew_ms = max_skew_ms  # [source] max_clock_skew, for what the driver decodes (applier.clock)
         self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
         self.route = route
         self.on_decode_error = on_decode_error  # stop | quarantine | skip, for a message whose table is unknown
@@ -82,6 +87,7 @@ class BatchProcessor:
         self.batches = 0
         self.totals = BatchReport()
         self._routed: dict[tuple[str, str], bool] = {}
+        self._unroutable: dict[tuple[str, str], RoutingError] = {}  # tables no route can name (see _route_events)
         self._interned: dict[tuple, tuple] = {}  # column tuples of worker-decoded events (see decode_chunk)
 
     def process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
@@ -92,9 +98,11 @@ class BatchProcessor:
     def _process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
         t0 = time.perf_counter()
         if self.guard is not None:
-            decoded = self.guard.decode(self.decoder, messages, stop_at_error=self.stop_at_error)
+            decoded = self.guard.decode(self.decoder, messages, stop_at_error=self.stop_at_error,
+                                        max_skew_ms=self.max_skew_ms)
         else:
-            decoded = decode_messages(self.decoder, messages, stop_at_error=self.stop_at_error)
+            decoded = decode_messages(self.decoder, messages, stop_at_error=self.stop_at_error,
+                                      max_skew_ms=self.max_skew_ms)
         return self.process_decoded(decoded, time.perf_counter() - t0)
 
     def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
@@ -119,25 +127,11 @@ class BatchProcessor:
                 gate.note_offset(bad.topic, bad.partition, bad.offset)
         for topic, partition, offset in decoded.empty:
             gate.note_offset(topic, partition, offset)
-        # Routing is pure configuration, so its answer per (schema, table) is remembered (the router's own
-        # cache still costs a call per event); a routing error is raised by the first call.
-        route = self.route
-        routed = self._routed
-        events = []
-        for ev in decoded.events:
-            if type(ev) is RowChange or type(ev) is DDL:
-                tk = (ev.schema, ev.table)
-                keep = routed.get(tk)
-                if keep is None:
-                    keep = routed[tk] = route(ev.schema, ev.table) is not None
-                if not keep:
-                    pos = ev.position
-                    gate.note_offset(pos.topic, pos.partition, pos.offset)
-                    continue
-            events.append(ev)
+        events = self._route_events(decoded.events, undecodable)
         rep.messages = decoded.messages
         rep.events = len(events)
         rep.quarantined = len(undecodable)
+        rep.untrusted = sum(1 for _bad, exc in decoded.errors if UNTRUSTED in exc.reason)
         t1 = time.perf_counter()
         gate.add(events)
         t2 = time.perf_counter()
@@ -153,18 +147,77 @@ class BatchProcessor:
         self._total(rep)
         return rep
 
+    def _route_events(self, decoded: list, undecodable: list[UndecodableMessage]) -> list:
+        """The decoded events their routes keep. Routing is pure configuration, so its answer per (schema, table)
+        is remembered (the router's own cache still costs a call per event).
+
+        A table no route can name (a rename template that makes an empty or over-long name, e.g. ``{table}`` of
+        a 300-character name) fails each message of it like an undecodable one: ``on_decode_error`` settles it
+        with its Kafka position (stop / quarantine / skip), never an unhandled error that every rerun meets again.
+        Such a message's events were decoded (maybe by a worker), so its record names the position and leaves the
+        bytes in Kafka."""
+        gate = self.gate
+        route = self.route
+        routed = self._routed
+        events = []
+        failed: dict[object, RoutingError] = {}  # position -> why its table cannot be routed
+        for ev in decoded:
+            if type(ev) is RowChange or type(ev) is DDL:
+                tk = (ev.schema, ev.table)
+                keep = routed.get(tk)
+                if keep is None:
+                    try:
+                        keep = route(ev.schema, ev.table) is not None
+                    except RoutingError as exc:
+                        keep = False
+                        self._unroutable[tk] = exc
+                    routed[tk] = keep
+                if not keep:
+                    pos = ev.position
+                    err = self._unroutable.get(tk)
+                    if err is None:
+                        gate.note_offset(pos.topic, pos.partition, pos.offset)
+                    else:
+                        failed.setdefault(pos, err)
+                    continue
+            events.append(ev)
+        if failed:  # every event of a failed message goes with it (a message is settled whole)
+            events = [ev for ev in events if ev.position not in failed]
+            for pos, err in failed.items():
+                stub = KafkaMessage(pos.topic, pos.partition, pos.offset, None, None)
+                exc = DecodeError(pos, f"its table {err.schema}.{err.table} cannot be routed: {err}. Fix that "
+                                  "[[route]] rule's template (or add an ignore rule for the table)",
+                                  protocol=getattr(self.decoder, "name", ""))
+                undecodable.append(self._settle(stub, exc))
+                if not undecodable[-1].blocks_partition:
+                    gate.note_offset(pos.topic, pos.partition, pos.offset)
+        return events
+
     def _settle(self, bad: KafkaMessage, exc: DecodeError) -> UndecodableMessage:
         """What the policy in force does with a message that cannot be decoded: stop (raise), or quarantine it
         so nothing later of its table (its partition, when the table cannot be read) overtakes it (invariant
         12), or skip it with a record. A message of a table no route keeps is recorded as skipped: it would
         have been dropped anyway."""
-        # a message that killed the decoder process is not parsed again, not even for its table name
-        named = None if KILLED in exc.reason else table_of(self.decoder, bad)
+        # a message that killed the decoder process is not parsed again, not even for its table name; one whose
+        # events were decoded and then refused (an untrusted ts) names their table
+        if exc.table is not None:
+            named = plausible_table(exc.table)
+        else:
+            named = None if KILLED in exc.reason else table_of(self.decoder, bad)
         reason = f"the message at {bad.position} cannot be decoded: {exc.reason}"
         try:
             routed = named is None or self.route(*named) is not None
         except Exception:  # a name a [[route]] template cannot make a target name of: treat it as unreadable
             named, routed = None, True
+        if exc.rowless and named is None:
+            # a watermark carries no change: nothing of any table follows it in commit order, so nothing is held
+            # behind it (holding its partition would stall the replica for one forged watermark)
+            policy = self.on_decode_error
+            if policy == "stop":
+                raise exc
+            log.error("%s %s; it carries no row change, so nothing is held behind it",
+                      "skipped" if policy == "skip" else "quarantined", exc, extra={"position": bad.position})
+            return UndecodableMessage(bad, f"{reason} (no row change: recorded, nothing held)", None, SKIPPED)
         if not routed:
             assert named is not None
             log.warning("skipped %s (its table %s.%s is not routed)", exc, *named, extra={"position": bad.position})
@@ -184,6 +237,7 @@ class BatchProcessor:
         t.messages += rep.messages
         t.events += rep.events
         t.quarantined += rep.quarantined
+        t.untrusted += rep.untrusted
         t.global_resolved, t.applied_ts, t.held = rep.global_resolved, rep.applied_ts, rep.held
         for k, v in rep.seconds.items():
             t.seconds[k] = t.seconds.get(k, 0.0) + v

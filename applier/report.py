@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from applier import progress as p
+from applier.clock import UNTRUSTED
 from applier.quarantine import HELD, RowQuarantine
 from applier.sinks.table import shown
 
@@ -69,6 +70,7 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "", now: float |
         for r in conn.execute(select(p.ddl_history.c.state).where(p.ddl_history.c.pipeline == pipeline)):
             ddl_counts[r[0]] = ddl_counts.get(r[0], 0) + 1
         quarantined = _quarantined_messages(conn, pipeline)
+        untrusted = _quarantined_messages(conn, pipeline, UNTRUSTED)
         writer = _writer(conn, pipeline)
     held = held_rows(engine, pipeline)
     if pl is None:
@@ -96,6 +98,7 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "", now: float |
         "updated_at": pl["updated_at"].isoformat() + "Z",
         "ddl": ddl_counts,
         "quarantined_messages": quarantined,
+        "untrusted_timestamps": untrusted,
         "quarantined_rows": held,
         "writer": writer,
         "partitions": [
@@ -139,12 +142,14 @@ def resolved_stuck_by(parts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             for t, n, ts in pos if ts == low]
 
 
-def _quarantined_messages(conn: Connection, pipeline: str) -> int | None:
-    """Messages kept in applier_quarantine, counted by the database; None for tables before revision 0005
-    (status must not need a migration)."""
+def _quarantined_messages(conn: Connection, pipeline: str, reason: str | None = None) -> int | None:
+    """Messages kept in applier_quarantine (those whose reason contains ``reason``, when given), counted by the
+    database; None for tables before revision 0005 (status must not need a migration)."""
     if not inspect(conn).has_table(p.quarantine.name):
         return None
     q = select(func.count()).select_from(p.quarantine).where(p.quarantine.c.pipeline == pipeline)
+    if reason is not None:
+        q = q.where(p.quarantine.c.reason.contains(reason))
     return int(conn.execute(q).scalar() or 0)
 
 
@@ -269,6 +274,13 @@ def _writer_line(w: dict[str, Any] | None) -> str:
             f"last transaction {w['heartbeat_at']}")
 
 
+def _untrusted_line(n: int | None) -> list[str]:
+    if not n:
+        return []
+    return [f"  untrusted timestamps: {n} message(s) refused, their commit or resolved ts ahead of this host's clock "
+            "beyond source.max_clock_skew (or not a TSO); `applier quarantine list` shows them"]
+
+
 def format_status(st: dict[str, Any]) -> str:
     """``applier status`` as text: one line per fact an operator checks, one per partition and per table."""
     if not st.get("exists"):
@@ -284,6 +296,7 @@ def format_status(st: dict[str, Any]) -> str:
         f"quarantined {'-' if quarantined is None else quarantined}, updated {st['updated_at']}",
         _writer_line(st.get("writer")),
         *_held_line(st.get("quarantined_rows")),
+        *_untrusted_line(st.get("untrusted_timestamps")),
         "  partitions:",
     ]
     for r in st["partitions"]:

@@ -14,8 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from applier.events import Event, KafkaMessage
 
-__all__ = ["Decoder", "HoldsMessages", "NamesTables", "batch_hint", "decodes_alone", "get_decoder", "protocols",
-           "table_of"]
+__all__ = ["Decoder", "HoldsMessages", "NamesTables", "batch_hint", "decodes_alone", "get_decoder", "plausible_table",
+           "protocols", "table_of"]
 
 # Kafka messages per micro-batch when [pipeline] max_offsets_per_trigger is not set. A decoder class may say
 # otherwise with a class attribute ``max_offsets_per_trigger`` (Open Protocol batches up to 16 row changes per
@@ -70,9 +70,15 @@ def table_of(decoder: Any, msg: KafkaMessage) -> "tuple[str, str] | None":
         named = decoder.table_of(msg)
     except Exception:
         return None
-    # a name TiDB could not have (and the quarantine's columns could not hold) reads as no name: the message then
-    # blocks its partition rather than failing the transaction that records it
-    if named is None or not all(isinstance(x, str) and 0 < len(x) <= 64 and "\x00" not in x for x in named):
+    return plausible_table(named)
+
+
+def plausible_table(named: Any) -> "tuple[str, str] | None":
+    """``named`` as (schema, table) when TiDB could have such names, else None. A name TiDB could not have (and
+    the quarantine's columns could not hold) reads as no name: the message then blocks its partition rather than
+    failing the transaction that records it."""
+    if not isinstance(named, (tuple, list)) or len(named) != 2 or not all(
+            isinstance(x, str) and 0 < len(x) <= 64 and "\x00" not in x for x in named):
         return None
     return named[0], named[1]
 

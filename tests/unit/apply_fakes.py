@@ -6,6 +6,7 @@ from __future__ import annotations
 from applier.dialect import MySQLDialect
 from applier.sinks.plan import BatchPlan
 from applier.sinks.table import ApplyError, build_meta
+from applier.progress import PipelineState
 from applier.timing import StageTimer
 
 
@@ -96,3 +97,51 @@ class FakeStore:
 
     def schema_created(self, conn, schema: str) -> None:
         pass
+
+
+# ---- a target table t (id -> v) and progress as the next run would load them (tests of the gate + apply) --------
+
+class RowsSink:
+    """The target table ``t`` (id -> v) as the applier writes it."""
+
+    def __init__(self, rows: dict[int, int | None] | None = None) -> None:
+        self.rows = dict(rows or {})
+        self.written: list[int] = []  # ids upserted, in order
+
+    def begin(self, conn) -> None:
+        pass
+
+    def table(self, conn, schema: str, name: str):
+        return build_meta(schema, name, [("id", False, False), ("v", True, False)], ("id",), [])
+
+    def reflect(self, conn, schema: str, name: str):  # pragma: no cover - for DDL only
+        return self.table(conn, schema, name)
+
+    def write(self, conn, plan: BatchPlan) -> None:
+        for (k,) in plan.deletes:
+            self.rows.pop(k, None)
+        for r in plan.upserts:
+            self.rows[r["id"]] = r["v"]
+            self.written.append(r["id"])
+
+
+class RowsDialect(MySQLDialect):
+    def __init__(self, sink: RowsSink) -> None:
+        self.sink = sink
+
+    def writer(self, batch_rows: int = 5000, timer=None) -> RowsSink:  # type: ignore[override]
+        return self.sink
+
+
+class ProgressKept:
+    """ProgressStore's writes as the next run would load them."""
+
+    pipeline = "p"
+
+    def __init__(self) -> None:
+        self.saved: list[int] = []  # applied_ts of every save
+        self.state = PipelineState()
+
+    def save(self, conn, *, applied_ts: int, checkpoints, table_progress, batches: int = 0) -> None:
+        self.saved.append(applied_ts)
+        self.state = PipelineState(applied_ts, 0, dict(checkpoints), exists=True)

@@ -14,12 +14,10 @@ from sqlalchemy import create_engine
 from applier.codecs import get_decoder
 from applier.config import ConfigError, parse_config, tso_problem
 from applier.decode import Decoded
-from applier.dialect import MySQLDialect
 from applier.pipeline import check_until_ts, seed_start_ts, until_ts_reached
 from applier.processor import BatchProcessor
 from applier.progress import PipelineState, metadata
-from applier.sinks.plan import BatchPlan
-from applier.sinks.table import build_meta
+from tests.unit.apply_fakes import ProgressKept, RowsDialect, RowsSink
 from tests.unit.gate_streams import res, row
 from tests.unit.helpers import CLI_CONF, write_conf
 
@@ -33,52 +31,6 @@ T = tso(2024, 3000)  # where the run stops
 
 
 # ---- fakes: a sink that keeps the rows, a store that keeps the progress ---------------------------------------
-
-class RowsSink:
-    """The target table ``t`` (id -> v) as the applier writes it."""
-
-    def __init__(self, rows: dict[int, int | None] | None = None) -> None:
-        self.rows = dict(rows or {})
-        self.written: list[int] = []  # ids upserted, in order
-
-    def begin(self, conn) -> None:
-        pass
-
-    def table(self, conn, schema: str, name: str):
-        return build_meta(schema, name, [("id", False, False), ("v", True, False)], ("id",), [])
-
-    def reflect(self, conn, schema: str, name: str):  # pragma: no cover - for DDL only
-        return self.table(conn, schema, name)
-
-    def write(self, conn, plan: BatchPlan) -> None:
-        for (k,) in plan.deletes:
-            self.rows.pop(k, None)
-        for r in plan.upserts:
-            self.rows[r["id"]] = r["v"]
-            self.written.append(r["id"])
-
-
-class RowsDialect(MySQLDialect):
-    def __init__(self, sink: RowsSink) -> None:
-        self.sink = sink
-
-    def writer(self, batch_rows: int = 5000, timer=None) -> RowsSink:  # type: ignore[override]
-        return self.sink
-
-
-class ProgressKept:
-    """ProgressStore's writes as the next run would load them."""
-
-    pipeline = "p"
-
-    def __init__(self) -> None:
-        self.saved: list[int] = []  # applied_ts of every save
-        self.state = PipelineState()
-
-    def save(self, conn, *, applied_ts: int, checkpoints, table_progress, batches: int = 0) -> None:
-        self.saved.append(applied_ts)
-        self.state = PipelineState(applied_ts, 0, dict(checkpoints), exists=True)
-
 
 def processor(sink: RowsSink, store: ProgressKept, state: PipelineState, **kw) -> BatchProcessor:
     engine = create_engine("sqlite://")
