@@ -7,7 +7,7 @@ Python workers are separate processes. When the micro-batch's DataFrame is mappe
 
 Only decoders whose events for a message depend on nothing but that message (``decodes_alone`` in the codec
 module) may run there: a worker sees one Spark partition of the batch, and a fresh worker process starts with
-empty caches. Protocols that keep a schema across messages (Simple, Avro, Debezium) decode in the driver.
+empty caches. Protocols that keep a schema across messages (Simple, Avro) decode in the driver.
 
 What comes back from a worker is one *chunk* per slice of messages: the events as a compact columnar block
 (:mod:`applier.blocks`; measured 4.7 us per event to rebuild, chunk unpickling included, against about 14 us

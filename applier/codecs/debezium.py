@@ -443,6 +443,9 @@ class DebeziumDecoder:
 
     name = PROTOCOL
     gated = False
+    # A message's events depend on that message only (every record carries its schema envelope; the schema cache
+    # is a memo of what the envelope says), so Spark's Python workers may decode it (applier.decode).
+    decodes_alone = True
 
     def __init__(self, *, gated: bool = False, time_zone: str = "UTC",
                  require_tidb_extension: bool = False) -> None:

@@ -138,8 +138,8 @@ def test_a_chunk_from_another_format_version_is_refused() -> None:
 
 
 def test_only_protocols_that_decode_message_by_message_run_on_executors() -> None:
-    assert decodes_alone("open") and decodes_alone("canal-json")
-    assert not any(decodes_alone(p) for p in ("simple", "avro", "debezium", "nope"))
+    assert decodes_alone("open") and decodes_alone("canal-json") and decodes_alone("debezium")
+    assert not any(decodes_alone(p) for p in ("simple", "avro", "nope"))
 
 
 def _cfg(protocol: str, decode_on: str | None) -> dict:
@@ -202,3 +202,25 @@ def test_records_without_events_come_back_as_offsets_for_the_gate() -> None:
     assert got.empty == [(m.topic, m.partition, m.offset)]
     assert m.position not in {e.position for e in got.events}
 
+
+
+@pytest.mark.parametrize("options", [(), (("gated", True),)])
+def test_debezium_decodes_alone_and_its_worker_chunks_rebuild_the_driver_decode(options, monkeypatch) -> None:
+    """Debezium records carry their own schema envelope, so the workers may decode them: what comes back must be
+    exactly what the driver decodes (values, types, column metadata, the inferred flags), in order."""
+    monkeypatch.setattr(D, "CHUNK_MESSAGES", 13)
+    monkeypatch.setitem(OPTIONS, "debezium", options)
+    assert decodes_alone("debezium")
+    wl = generate("debezium", partitions=2, txns=80, seed=3, replays=2)
+    msgs = []
+    per_part: dict[int, int] = {}
+    for part, key, value in wl.messages:
+        off = per_part.get(part, 0)
+        per_part[part] = off + 1
+        msgs.append(KafkaMessage("t", part, off, key, value))
+    want = D.decode_messages(get_decoder("debezium", **dict(options)), msgs, stop_at_error=True)
+    got = _on_workers("debezium", msgs, stop_at_error=True, slices=3)
+    assert got.messages == want.messages == len(msgs)
+    assert {type(e) for e in want.events} >= {RowChange, DDL}
+    _same_events(got.events, want.events)
+    assert got.empty == want.empty and got.errors == want.errors == []
