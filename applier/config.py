@@ -567,7 +567,7 @@ class Settings(_RedactedRepr):
 
     def decodes_on_executors(self) -> bool:
         """Whether Spark's Python workers decode the records (applier.decode): ``pipeline.decode_on``, where
-        "auto" means yes for protocols whose messages decode alone (Open Protocol, Canal-JSON, Debezium)."""
+        "auto" means yes for protocols whose messages decode alone (all but Simple)."""
         if self.pipeline.decode_on == "driver":
             return False
         from applier.codecs import decodes_alone

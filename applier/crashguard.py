@@ -1,6 +1,6 @@
 """Containing a decoder that kills the driver: a marker while decoding, a search on restart, a supervisor.
 
-Why: protocols that keep a schema across messages (Simple, Avro), and any protocol with
+Why: protocols that keep a schema across messages (Simple), and any protocol with
 ``decode_on = "driver"``, decode in the driver process. A message that makes a native library fault (orjson
 3.9 segfaulted on deep nesting) kills that process, and Python cannot catch it. Without help every rerun reads
 the same message again and dies again, printing nothing about where.

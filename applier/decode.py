@@ -7,7 +7,7 @@ Python workers are separate processes. When the micro-batch's DataFrame is mappe
 
 Only decoders whose events for a message depend on nothing but that message (``decodes_alone`` in the codec
 module) may run there: a worker sees one Spark partition of the batch, and a fresh worker process starts with
-empty caches. Protocols that keep a schema across messages (Simple, Avro) decode in the driver.
+empty caches. Protocols that keep a schema across messages (Simple) decode in the driver.
 
 What comes back from a worker is one *chunk* per slice of messages: the events as a compact columnar block
 (:mod:`applier.blocks`; measured 4.7 us per event to rebuild, chunk unpickling included, against about 14 us
@@ -32,7 +32,7 @@ CHUNK_SCHEMA = "chunk binary"
 # Messages per chunk. Bounds a worker's memory (an Open Protocol message holds up to 16 row changes) and the
 # size of one binary cell; chunks are concatenated in the driver, so this does not change what is applied.
 CHUNK_MESSAGES = 2048
-_CHUNK_VERSION = 1
+_CHUNK_VERSION = 2  # 2: a chunk may carry a fatal error (a decoder's passthrough error, e.g. the registry's)
 
 
 @dataclass
@@ -141,17 +141,27 @@ def _one_table(events: list[Event]) -> tuple[str, str] | None:
 def encode_chunk(d: Decoded) -> bytes:
     codec = BlockCodec()
     core, rest = codec.encode(d.events)  # type: ignore[arg-type]  # Resolved events travel in the block's rest
-    return pickle.dumps((_CHUNK_VERSION, d.messages, codec.shape_table(), core, rest, d.empty, d.errors),
+    return pickle.dumps((_CHUNK_VERSION, d.messages, codec.shape_table(), core, rest, d.empty, d.errors, None),
                         protocol=5)
+
+
+def fatal_chunk(exc: BaseException) -> bytes:
+    """A chunk that makes the driver raise ``exc`` where it rebuilds the chunks: an error the decoder lets pass
+    (``passthrough_errors``, e.g. an unreachable schema registry) stops the run there with its own message, as
+    when the driver decodes, rather than as a failed Spark task."""
+    return pickle.dumps((_CHUNK_VERSION, 0, [], b"", b"", [], [], exc), protocol=5)
 
 
 def decode_chunk(data: bytes, interned: dict[tuple, tuple] | None = None) -> Decoded:
     """A chunk back to a Decoded. ``interned`` (kept by the caller across chunks) makes equal column tuples
     of different chunks one object again, as the driver-side decoders keep them."""
-    version, messages, shapes, core, rest, empty, errors = pickle.loads(data)
+    version, *fields = pickle.loads(data)
     if version != _CHUNK_VERSION:
         raise ValueError(f"decoded chunk of format {version}, this applier reads {_CHUNK_VERSION}: the Spark "
                          "workers run another version of the applier than the driver; install the same one")
+    messages, shapes, core, rest, empty, errors, fatal = fields
+    if fatal is not None:
+        raise fatal
     if interned is not None:
         shapes = [(s, t, op, interned.setdefault(cols, cols), *more) for s, t, op, cols, *more in shapes]
     events = BlockCodec.from_shape_table(shapes).decode(core, rest) if shapes or rest else []
@@ -189,15 +199,22 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
     import pyarrow as pa
 
     decoder = worker_decoder(spec)
+    passthrough = tuple(getattr(decoder, "passthrough_errors", ()))
     for rb in batches:
         for lo in range(0, rb.num_rows, CHUNK_MESSAGES):
             part = rb.slice(lo, CHUNK_MESSAGES)
             msgs = map(KafkaMessage, *(part.column(i).to_pylist() for i in range(5)))
+            fatal = False
             try:
-                d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error, max_skew_ms=spec.max_skew_ms)
+                chunk = encode_chunk(decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error,
+                                                     max_skew_ms=spec.max_skew_ms))
             except DecodeError as exc:
-                d = Decoded(errors=[(_bad_record(part, exc), exc)])
-            yield pa.RecordBatch.from_arrays([pa.array([encode_chunk(d)], type=pa.binary())], names=["chunk"])
+                chunk = encode_chunk(Decoded(errors=[(_bad_record(part, exc), exc)]))
+            except passthrough as exc:
+                chunk, fatal = fatal_chunk(exc), True
+            yield pa.RecordBatch.from_arrays([pa.array([chunk], type=pa.binary())], names=["chunk"])
+            if fatal:  # the driver stops on this chunk: decoding the rest would only ask the registry again
+                return
 
 
 def warm_decoder(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[Any]:

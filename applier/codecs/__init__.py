@@ -109,7 +109,7 @@ def protocols() -> list[str]:
 def decodes_alone(protocol: str) -> bool:
     """Whether a message of ``protocol`` decodes without anything learnt from earlier messages (no schema
     cache, no held messages), so Spark's Python workers may decode it (see applier.decode). Decoders say so
-    with a class attribute ``decodes_alone = True``; the others (Simple, Avro) decode in the driver."""
+    with a class attribute ``decodes_alone = True``; Simple (held rows, schemas from BOOTSTRAP) decodes in the driver."""
     cls = _decoder_class(protocol)
     return cls is not None and bool(getattr(cls, "decodes_alone", False))
 

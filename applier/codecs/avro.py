@@ -508,6 +508,12 @@ class AvroDecoder:
     """
 
     name = PROTOCOL
+    # A message's events depend on that message and the registry's schema of the ids it names (a registry never
+    # changes what an id means), so Spark's Python workers may decode it (applier.decode), each asking the
+    # registry once per schema id through its own cached client.
+    decodes_alone = True
+    # Not the message's fault: stops the run wherever it decodes (a worker hands it to the driver in its chunk).
+    passthrough_errors = (RegistryError,)
 
     def __init__(
         self,
@@ -560,7 +566,7 @@ class AvroDecoder:
     def decode(self, msg: KafkaMessage) -> list[Event]:
         """All events of one Kafka record (zero or one). Raises DecodeError for malformed input and
         RegistryError when the schema registry cannot be asked (see the module docstring)."""
-        return guarded_decode(PROTOCOL, self._decode, msg, passthrough=(RegistryError,))
+        return guarded_decode(PROTOCOL, self._decode, msg, passthrough=self.passthrough_errors)
 
     @property
     def registry(self) -> Any:

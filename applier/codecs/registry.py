@@ -74,9 +74,17 @@ class RegistryError(RuntimeError):
         self.status = status
         self.error_code = error_code
 
+    def __reduce__(self) -> tuple:
+        # raised in a Spark Python worker, it travels to the driver pickled (applier.decode): keep every field
+        return (_registry_error, (type(self), str(self), self.url, self.status, self.error_code))
+
     def with_context(self, context: str) -> "RegistryError":
         """The same error (same class and fields) with ``context`` appended to the message."""
         return type(self)(f"{self} ({context})", url=self.url, status=self.status, error_code=self.error_code)
+
+
+def _registry_error(cls: type, message: str, url: str, status: int | None, error_code: int | None) -> RegistryError:
+    return cls(message, url=url, status=status, error_code=error_code)
 
 
 class SchemaNotFound(RegistryError):

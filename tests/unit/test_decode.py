@@ -138,8 +138,8 @@ def test_a_chunk_from_another_format_version_is_refused() -> None:
 
 
 def test_only_protocols_that_decode_message_by_message_run_on_executors() -> None:
-    assert decodes_alone("open") and decodes_alone("canal-json") and decodes_alone("debezium")
-    assert not any(decodes_alone(p) for p in ("simple", "avro", "nope"))
+    assert all(decodes_alone(p) for p in ("open", "canal-json", "debezium", "avro"))
+    assert not any(decodes_alone(p) for p in ("simple", "nope"))
 
 
 def _cfg(protocol: str, decode_on: str | None) -> dict:
@@ -224,3 +224,55 @@ def test_debezium_decodes_alone_and_its_worker_chunks_rebuild_the_driver_decode(
     assert {type(e) for e in want.events} >= {RowChange, DDL}
     _same_events(got.events, want.events)
     assert got.empty == want.empty and got.errors == want.errors == []
+
+
+def _avro_messages(registry) -> list[KafkaMessage]:
+    wl = generate("avro", partitions=2, txns=60, seed=4, replays=1, registry=registry, topic_prefix="av")
+    out, offsets = [], {}
+    for part, key, value, *topic in wl.messages:
+        t = topic[0] if topic else "av"
+        off = offsets.get((t, part), 0)
+        offsets[(t, part)] = off + 1
+        out.append(KafkaMessage(t, part, off, key, value))
+    return out
+
+
+def test_avro_decodes_alone_and_its_worker_chunks_rebuild_the_driver_decode(monkeypatch) -> None:
+    """Avro messages depend on themselves and the registry's schema of the ids they name, so the workers decode
+    them, each with its own registry client: what comes back must be exactly the driver's decode."""
+    from applier.codecs.avro import AvroDecoder
+    from applier.devtools.encoders.registry import InMemoryRegistry
+
+    assert decodes_alone("avro")
+    reg = InMemoryRegistry()
+    msgs = _avro_messages(reg)
+    monkeypatch.setattr(D, "CHUNK_MESSAGES", 11)
+    monkeypatch.setitem(OPTIONS, "avro", ())
+    spec = D.WorkerSpec("avro", (), True)
+    monkeypatch.setitem(D._worker_decoders, repr(spec), AvroDecoder(registry=reg))  # this worker's client
+    want = D.decode_messages(AvroDecoder(registry=reg), msgs, stop_at_error=True)
+    got = _on_workers("avro", msgs, stop_at_error=True, slices=2)
+    assert sum(type(e) is RowChange for e in want.events) > 100  # (flat Avro carries no DDL)
+    _same_events(got.events, want.events)
+    assert got.empty == want.empty and got.errors == want.errors == []
+
+
+def test_an_unreachable_registry_in_a_worker_stops_the_driver_with_the_registry_error(monkeypatch) -> None:
+    from applier.codecs.avro import AvroDecoder
+    from applier.codecs.registry import RegistryUnavailable
+    from applier.devtools.encoders.registry import InMemoryRegistry
+
+    msgs = _avro_messages(InMemoryRegistry())
+
+    class Down:
+        def schema_by_id(self, schema_id: int):
+            raise RegistryUnavailable("cannot reach the schema registry at http://reg:8081 (connection refused)",
+                                      url="http://reg:8081", status=None)
+
+    monkeypatch.setitem(OPTIONS, "avro", ())
+    spec = D.WorkerSpec("avro", (), False)
+    monkeypatch.setitem(D._worker_decoders, repr(spec), AvroDecoder(registry=Down()))
+    with pytest.raises(RegistryUnavailable) as err:
+        _on_workers("avro", msgs, stop_at_error=False)
+    assert "connection refused" in str(err.value) and err.value.url == "http://reg:8081"
+    assert "message at topic=" in str(err.value)  # the context the decoder adds: which message needed it
