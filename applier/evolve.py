@@ -16,7 +16,10 @@ How it stays safe and ordered:
   (a type name from a fixed set, integer parameters, members as escaped literals): nothing from a message is
   spliced into the statement. Where a protocol sends only the type name (Open Protocol), the defaults are wide
   enough for every value of that type (strings of unknown length are long text, VARCHAR(255) in a key; DECIMAL
-  of unknown precision is DECIMAL(65,30); fractional seconds 6; BIT(64)), so no value is cut.
+  of unknown precision is DECIMAL(65,30); fractional seconds 6; BIT(64)), so no value is cut. What a full type
+  declares is kept: DATETIME/TIMESTAMP/TIME get the declared fractional seconds (none declared: 0, as in MySQL;
+  see :func:`declares_full_types` for telling a full ``timestamp`` from a bare type name) and TINYINT(1), the
+  boolean, stays TINYINT(1) (other integer display widths are dropped: MySQL 8 deprecates them).
 * A table is created with the key the rows carry (primary key or TiCDC's handle key) as its primary key; a table
   whose rows carry no key is created without one (keyless tables are applied by full-row match).
 * Added columns are always nullable: rows already in the target have no value for them, and a NOT NULL column
@@ -39,6 +42,7 @@ from applier.ddl.lexer import Cursor, LexError, Statement
 from applier.ddl.mysql import mysql_quote_ident
 from applier.ddl.syntax import MyType, parse_type
 from applier.events import DDL, Column, RowChange
+from applier.mysql_values import FSP_TYPES
 
 MODES = ("none", "create", "evolve")
 
@@ -81,12 +85,15 @@ def declared_type(col: Column) -> MyType | None:
     return t
 
 
-def stream_type(col: Column) -> MyType:
+def stream_type(col: Column, *, full_types: bool = False) -> MyType:
     """:func:`declared_type`, else the type name alone, widened where the name is only a family (module
     docstring): strings of unknown length are long text (Avro says TEXT for every character type), binary ones
-    long blobs."""
+    long blobs. ``full_types`` (:func:`declares_full_types` of the row): a DATETIME/TIMESTAMP/TIME declared
+    without fractional seconds has none; otherwise it may be a bare type name, and gets the widest default."""
     t = declared_type(col)
     if t is not None:
+        if full_types and t.name in FSP_TYPES and not t.args:
+            t.args = ["0"]
         return t
     name = col.type_name
     if name in ("char", "varchar", "tinytext", "text", "mediumtext"):
@@ -100,14 +107,35 @@ def _same_type(parsed: str, name: str) -> bool:
     return parsed == name or {parsed, name} <= {"bool", "tinyint"}
 
 
+def declares_full_types(columns: Sequence[Column]) -> bool:
+    """Whether the row's declared types are full MySQL column types, in which a DATETIME/TIMESTAMP/TIME without
+    fractional seconds means fsp 0 rather than "not said".
+
+    Why a row-wide test: Canal-JSON declares bare type names by default (``timestamp``, ``int``) and full types
+    with TiCDC's ``content-compatible`` (``timestamp``, ``int(11)``), and the codec passes either on as declared.
+    A full ``timestamp`` and a bare one read the same; creating fsp 0 from a bare name would round away every
+    fraction the rows carry, without an error. The two listings differ on every type that has a parameter
+    (integers, strings, DECIMAL, BIT, YEAR always get one in full), so a row in which some declared type carries
+    one lists full types. ENUM/SET members do not count (some TiCDC versions send them in both forms). A row whose
+    every column is of a type printed without parameters cannot tell, and keeps the wide default (fsp 6). Simple,
+    Avro and Debezium declare fractional seconds explicitly (``timestamp(0)``) or not at all, so this changes
+    nothing for them."""
+    for col in columns:
+        t = declared_type(col)
+        if t is not None and t.args and t.name not in ("enum", "set"):
+            return True
+    return False
+
+
 def render_type(t: MyType, *, key: bool = False) -> str:
     """MySQL type text for ``t``, from its parts only; defaults where a parameter is unknown (module docstring).
     Raises SchemaRefused for a type that cannot be created from what the stream says."""
     n = t.name
     args = [_int_arg(a) for a in t.args]
     unsigned = " unsigned" if t.unsigned and (n in _INT_BITS or n in ("decimal", "float", "double")) else ""
-    if n == "bool":
-        return "tinyint(1)"
+    if n == "bool" or (n == "tinyint" and args == [1]):
+        # TINYINT(1) is how MySQL spells a boolean, and clients (JDBC, ORMs) read it as one: keep that width
+        return "tinyint(1)" + unsigned
     if n in _PARAMLESS:
         if key and n in _TEXT_BYTES:  # a TEXT/BLOB cannot be a MySQL key without a prefix length
             return ("varbinary" if "blob" in n else "varchar") + f"({KEY_STRING_LENGTH})"
@@ -154,10 +182,12 @@ def _literal(v: str) -> str:
     return "'" + v.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def column_sql(col: Column, *, key: bool, nullable: bool | None = None) -> str:
-    """One MySQL column definition: quoted name, type, NULL/NOT NULL (keys are NOT NULL)."""
+def column_sql(col: Column, *, key: bool, nullable: bool | None = None, full_types: bool = False) -> str:
+    """One MySQL column definition: quoted name, type, NULL/NOT NULL (keys are NOT NULL). ``full_types``: see
+    :func:`stream_type`."""
     null = (col.nullable and not key) if nullable is None else nullable
-    return f"{mysql_quote_ident(col.name)} {render_type(stream_type(col), key=key)} {'NULL' if null else 'NOT NULL'}"
+    typ = render_type(stream_type(col, full_types=full_types), key=key)
+    return f"{mysql_quote_ident(col.name)} {typ} {'NULL' if null else 'NOT NULL'}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -174,17 +204,22 @@ def create_table_sql(schema: str, table: str, columns: Sequence[Column],
     route mode's own columns; ``key``: the primary key when it is not the columns' key flags (route modes)."""
     _check_names(schema, table, columns)
     keys = tuple(c.name for c in columns if c.key) if key is None else tuple(key)
-    parts = [_named(schema, table, c, lambda c: column_sql(c, key=c.name in keys)) for c in columns]
+    full = declares_full_types(columns)
+    parts = [_named(schema, table, c, lambda c: column_sql(c, key=c.name in keys, full_types=full)) for c in columns]
     parts += [f"{mysql_quote_ident(n)} {t} {'NULL' if null else 'NOT NULL'}" for n, t, null in extra]
     if keys:
         parts.append("PRIMARY KEY (" + ", ".join(mysql_quote_ident(k) for k in keys) + ")")
     return f"CREATE TABLE {_table(schema, table)} (" + ", ".join(parts) + ")"
 
 
-def add_columns_sql(schema: str, table: str, columns: Sequence[Column]) -> str:
-    """``ALTER TABLE ... ADD COLUMN`` for columns the stream has and the target lacks (always nullable)."""
+def add_columns_sql(schema: str, table: str, columns: Sequence[Column], *, full_types: bool | None = None) -> str:
+    """``ALTER TABLE ... ADD COLUMN`` for columns the stream has and the target lacks (always nullable).
+    ``full_types``: :func:`declares_full_types` of the whole row (the added columns alone may not tell); None:
+    judged from ``columns``."""
     _check_names(schema, table, columns)
-    adds = ", ".join(_named(schema, table, c, lambda c: f"ADD COLUMN {column_sql(c, key=False, nullable=True)}")
+    full = declares_full_types(columns) if full_types is None else full_types
+    adds = ", ".join(_named(schema, table, c,
+                            lambda c: f"ADD COLUMN {column_sql(c, key=False, nullable=True, full_types=full)}")
                      for c in columns)
     return f"ALTER TABLE {_table(schema, table)} {adds}"
 
@@ -244,7 +279,7 @@ def needed(mode: str, ev: RowChange, target: TargetShape | None, *, dialect: str
     if not missing:
         return None
     _declared_schema(ev, "add the new column(s)")
-    return add_columns_sql(ev.schema, ev.table, missing)
+    return add_columns_sql(ev.schema, ev.table, missing, full_types=declares_full_types(cols))
 
 
 def _declared_schema(ev: RowChange, what: str) -> None:

@@ -24,6 +24,12 @@ its bitmask), BIT as its integer, JSON as text, zero dates as their original str
 * TIMESTAMP of exactly 1970-01-01 00:00:00 UTC (how Debezium sends the zero TIMESTAMP) is written as the
   zero TIMESTAMP, which is the same stored value; MySQL refuses the literal otherwise. Aware datetimes are
   converted to UTC.
+* FLOAT (single precision) is sent as the exact double of the float32 the value stands for. The event model
+  holds a FLOAT as the float32's shortest repr (TiCDC's text: ``3.4028235e+38`` for float32's largest value),
+  which as a double lies just beyond FLT_MAX; MySQL/MariaDB range-check the double before rounding it to single
+  precision, so strict mode refused the largest legal FLOAT (error 1264) and stopped the run. The exact double
+  (``3.4028234663852886e+38``) passes and stores the same float32; subnormals and every other value store the
+  same float32 either way. A value beyond FLOAT's range is left as it is, for strict mode to refuse.
 
 Converters are built once per table and column set from the column types read with the table
 (``information_schema.COLUMNS.COLUMN_TYPE``), only for the columns that need one.
@@ -32,13 +38,13 @@ Converters are built once per table and column set from the column types read wi
 from __future__ import annotations
 
 import datetime as _dt
-import struct
 from typing import Any, Callable
 
 from sqlalchemy import delete, text, tuple_, update
 from sqlalchemy.engine import Connection
 
-from applier.mysql_values import format_time
+from applier.mysql_values import float32, format_time
+from applier.sinks.adapt import acts_on
 from applier.sinks.base import Sink
 from applier.sinks.table import TableMeta, build_meta, missing_table
 from applier.modes import (
@@ -313,6 +319,8 @@ def mysql_converter(column_type: str | None) -> Callable[[Any], Any] | None:
         return _timestamp
     if t.startswith("time"):
         return _time
+    if _base_type(t) == "float":
+        return _single_precision
     return None
 
 
@@ -335,7 +343,6 @@ def _time(v: Any) -> Any:
 # Keyless tables: statements and comparisons (pure; see MySQLSink's keyless section)
 
 _CHAR_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
-_FLOAT32 = struct.Struct("<f")
 
 
 def _base_type(column_type: str | None) -> str:
@@ -375,13 +382,18 @@ def keyless_match_value(column_type: str | None) -> Callable[[Any], Any] | None:
 
 
 def _single_precision(v: Any) -> Any:
-    """A float as the FLOAT column stored it: the nearest single-precision value (as a double, exact)."""
+    """A float as the FLOAT column stores it: the nearest single-precision value, as its exact double. Used both
+    to write (the server range-checks the double it parses, so float32's largest value must arrive exact, see
+    the module docstring) and to compare a keyless table's old row (a FLOAT holding 0.1 is not the double 0.1)."""
     if type(v) is float:
         try:
-            return _FLOAT32.unpack(_FLOAT32.pack(v))[0]
-        except (OverflowError, struct.error):  # beyond FLOAT's range: the column could not hold it either
+            return float32(v)
+        except OverflowError:  # beyond FLOAT's range: the column cannot hold it; strict mode refuses it as sent
             return v
     return v
+
+
+acts_on(_single_precision, float)  # ints (and anything else) go as they are
 
 
 def _char_value(v: Any) -> Any:

@@ -31,6 +31,10 @@ columns whose values pass unchanged get none, so a table of plain numbers and st
   and becomes '-infinity' too.
 * TIME (timedelta) -> MySQL's own text ('-838:59:59', '100:00:00.5'), which PostgreSQL stores as one signed
   time span ('-35 days +01:00:01' is what psycopg would send for the same timedelta).
+* FLOAT into ``real``: no converter. The float32's shortest repr (``3.4028235e+38``, ``1e-45``) goes as text and
+  PostgreSQL's float4 input (``strtof``, PostgreSQL 12+) rounds it to that same float32, float32's largest value
+  and subnormals included; negative zero stays negative. (MySQL/MariaDB need the exact double: see
+  applier/sinks/mysql.py.) ``tests/e2e/test_float_limits.py`` holds both targets to it.
 
 Rows are converted in place (they are the batch plan's own dicts); keys are rebuilt. Every converter returns a
 value already in the target's form unchanged, so adapting twice is harmless.

@@ -135,11 +135,18 @@ def _canon_bit(v: Any, collapse: bool) -> Canon:
 
 
 def _canon_float(v: Any, collapse: bool) -> Canon:
-    f = float(v)
+    f = _unsigned_zero(float(v))
     try:
         return repr(shortest_float32(f))
     except OverflowError:
         return repr(f)
+
+
+def _unsigned_zero(f: float) -> float:
+    """-0.0 as 0.0: MySQL/MariaDB store every FLOAT/DOUBLE zero as +0 whatever is sent, so a TiDB -0 and its
+    replica's 0 are the same value to compare (IEEE addition of +0.0 turns -0.0 into +0.0 and changes nothing
+    else)."""
+    return f + 0.0
 
 
 def _canon_string(v: Any, collapse: bool) -> Canon:
@@ -204,7 +211,7 @@ _CANON: dict[str, Callable[[Any, bool], Canon]] = {
     "int": lambda v, c: int(v),
     "decimal": lambda v, c: _decimal_text(_to_decimal(v)),
     "float": _canon_float,
-    "double": lambda v, c: repr(float(v)),
+    "double": lambda v, c: repr(_unsigned_zero(float(v))),
     "string": _canon_string,
     "enum": _canon_string,
     "set": _canon_string,

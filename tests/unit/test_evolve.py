@@ -73,6 +73,71 @@ def test_column_types(col, expected) -> None:
     assert E.render_type(E.stream_type(col)) == expected
 
 
+# Canal-JSON with content-compatible: full types, where a DATETIME/TIMESTAMP/TIME without fraction says none
+FULL = (Column("id", "int", nullable=False, key=True, declared="int(11)"),
+        Column("ts", "timestamp", declared="timestamp"), Column("t", "time", declared="time"),
+        Column("dt", "datetime", declared="datetime(3)"), Column("flag", "tinyint", declared="tinyint(1)"),
+        Column("small", "tinyint", declared="tinyint(3) unsigned", unsigned=True),
+        Column("ub", "tinyint", declared="tinyint(1) unsigned", unsigned=True))
+# the same table in Canal-JSON's default bare type names: no fractional seconds are said, so the widest
+BARE = tuple(Column(c.name, c.type_name, nullable=c.nullable, key=c.key, unsigned=c.unsigned,
+                    declared=c.type_name + (" unsigned" if c.unsigned else "")) for c in FULL)
+
+
+def test_full_types_keep_their_fractional_seconds_and_the_boolean_width() -> None:
+    q = E.create_table_sql("shop", "t", FULL)
+    for want in ("`id` int NOT NULL", "`ts` timestamp(0) NULL", "`t` time(0) NULL", "`dt` datetime(3) NULL",
+                 "`flag` tinyint(1) NULL", "`small` tinyint unsigned NULL", "`ub` tinyint(1) unsigned NULL"):
+        assert want in q, (want, q)
+    assert E.declares_full_types(FULL) and not E.declares_full_types(BARE)
+
+
+def test_bare_type_names_keep_the_wide_defaults() -> None:
+    """A bare ``timestamp`` says nothing about fractions: fsp 0 would round every fraction away, silently."""
+    q = E.create_table_sql("shop", "t", BARE)
+    for want in ("`ts` timestamp(6) NULL", "`t` time(6) NULL", "`dt` datetime(6) NULL", "`flag` tinyint NULL"):
+        assert want in q, (want, q)
+    enum_only = (Column("e", "enum", declared="enum('a','b')"), Column("ts", "timestamp", declared="timestamp"))
+    assert not E.declares_full_types(enum_only)  # members come in both listings
+    assert "`ts` timestamp(6) NULL" in E.create_table_sql("shop", "t", enum_only)
+
+
+def test_explicit_fractional_seconds_are_kept_whatever_the_row() -> None:
+    """Simple, Avro and Debezium declare fsp explicitly (mysql_values.declared_type) or not at all."""
+    cols = (Column("id", "int", nullable=False, key=True), Column("ts", "timestamp", declared="timestamp(0)"),
+            Column("t", "time", declared="time(2)"), Column("dt", "datetime"))
+    q = E.create_table_sql("shop", "t", cols)
+    assert "`ts` timestamp(0) NULL" in q and "`t` time(2) NULL" in q and "`dt` datetime(6) NULL" in q, q
+
+
+def test_added_columns_are_judged_by_the_whole_row() -> None:
+    """The added columns alone (TIMESTAMP, TIME) cannot tell full types from bare names; the row's others can."""
+    have = E.TargetShape(frozenset({"id", "dt", "flag", "small", "ub"}),
+                         {"id": "int(11)", "dt": "datetime(3)", "flag": "tinyint(1)", "small": "tinyint(3) unsigned",
+                          "ub": "tinyint(1) unsigned"})
+    q = E.needed("evolve", row(FULL), have, dialect="mariadb")
+    assert q == "ALTER TABLE `shop`.`items` ADD COLUMN `ts` timestamp(0) NULL, ADD COLUMN `t` time(0) NULL", q
+    assert "timestamp(6)" in E.needed("evolve", row(BARE), have, dialect="mariadb")
+
+
+@pytest.mark.parametrize("dialect, wants", [
+    ("mariadb", ("`ts` timestamp(0) NULL", "`t` time(0) NULL", "`dt` datetime(3) NULL", "`flag` tinyint(1) NULL")),
+    ("mysql", ("`ts` timestamp(0) NULL", "`flag` tinyint(1) NULL")),
+    ("postgresql", ('"ts" timestamp(0) with time zone', '"t" interval(0)', '"dt" timestamp(3) without time zone',
+                    '"flag" smallint', '"small" smallint')),
+])
+def test_full_types_survive_the_translator(dialect, wants) -> None:
+    """The created statement goes through the dialect's DDL translator like a replicated CREATE TABLE: MySQL and
+    MariaDB keep the types; PostgreSQL maps TINYINT(1) to smallint, as it does for a replicated TINYINT(1)."""
+    tr = translate(dialect, E.create_table_sql("shop", "t", FULL), schema="shop", table="t", route=route)
+    text = " ".join(tr.statements)
+    for want in wants:
+        assert want in text, (want, text)
+    replicated = translate(dialect, "CREATE TABLE t (id INT PRIMARY KEY, flag TINYINT(1))", schema="shop",
+                           table="t", route=route)
+    assert ("smallint" if dialect == "postgresql" else "TINYINT(1)") in " ".join(replicated.statements)
+
+
 def test_key_strings_of_unknown_length_fit_a_mysql_key() -> None:
     key = Column("k", "varchar", nullable=False, key=True)
     assert E.column_sql(key, key=True) == "`k` varchar(255) NOT NULL"
@@ -169,7 +234,8 @@ WIDE = ["tinyint(4)", "smallint(6) unsigned", "mediumint(9)", "int(11)", "int(10
         "bigint(20) unsigned", "decimal(12,4)", "decimal(65,30)", "float", "double", "char(3)", "varchar(40)",
         "binary(4)", "varbinary(16)", "tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob",
         "longblob", "date", "datetime(3)", "datetime(6)", "timestamp(6)", "time(2)", "year", "bit(7)", "json",
-        "enum('a','b')", "set('x','y')"]
+        "enum('a','b')", "set('x','y')", "tinyint(1)", "tinyint(1) unsigned", "timestamp(0)", "time(0)",
+        "datetime(0)", "timestamp", "time", "datetime"]
 
 
 @pytest.mark.parametrize("declared", WIDE)

@@ -6,13 +6,14 @@ The rules are tabled in docs/value-rules.md; tests/e2e/test_values.py checks the
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from decimal import Decimal
 
 import pytest
 from hypothesis import given, strategies as st
 
 from applier.dialect import MYSQL, POSTGRES
-from applier.mysql_values import parse_time
+from applier.mysql_values import parse_time, shortest_float32
 from applier.sinks import ApplyError
 from applier.sinks.table import build_meta
 from applier.sinks.mysql import ZERO_TIMESTAMP, mysql_converter, session_sql_mode
@@ -186,9 +187,79 @@ def test_mysql_session_sql_mode_only_drops_the_zero_date_modes(mode, kept):
 @pytest.mark.parametrize("column_type, has", [
     ("timestamp(6)", True), ("timestamp", True), ("time(3)", True), ("time", True), ("datetime(6)", False),
     ("date", False), ("enum('a','b')", False), ("bit(64)", False), ("bigint(20) unsigned", False), (None, False),
+    ("float", True), ("float unsigned", True), ("float(10,3)", True), ("FLOAT", True), ("double", False),
+    ("double(20,3)", False), ("decimal(10,2)", False),
 ])
-def test_mysql_converters_exist_only_for_time_and_timestamp(column_type, has):
+def test_mysql_converters_exist_only_for_time_timestamp_and_float(column_type, has):
     assert (mysql_converter(column_type) is not None) is has
+
+
+FLT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]  # 3.4028234663852886e+38, float32's largest finite value
+FLT_MIN_NORMAL = struct.unpack("<f", b"\x00\x00\x80\x00")[0]  # 1.1754943508222875e-38
+FLT_TRUE_MIN = struct.unpack("<f", b"\x01\x00\x00\x00")[0]  # 1.401298464324817e-45, the smallest subnormal
+
+
+def _bits(v: float) -> bytes:
+    return struct.pack("<f", v)
+
+
+@pytest.mark.parametrize("sent, exact", [
+    (3.4028235e+38, FLT_MAX),  # TiCDC's shortest text: just beyond FLT_MAX as a double, refused by strict mode
+    (-3.4028235e+38, -FLT_MAX),
+    (1.1754944e-38, FLT_MIN_NORMAL),
+    (1e-45, FLT_TRUE_MIN), (1.4e-45, FLT_TRUE_MIN), (-1e-45, -FLT_TRUE_MIN),
+    (1.1754942e-38, struct.unpack("<f", b"\xff\xff\x7f\x00")[0]),  # the largest subnormal
+    (0.1, 0.10000000149011612), (3.14, 3.140000104904175), (16777217.0, 16777216.0),
+])
+def test_mysql_float_is_sent_as_the_exact_double_of_its_float32(sent, exact):
+    conv = mysql_converter("float")
+    got = conv(sent)
+    assert got == exact and type(got) is float
+    assert abs(got) <= FLT_MAX  # what MySQL/MariaDB range-check before rounding to single precision
+    assert _bits(got) == _bits(sent)  # the same float32 as the value stands for
+    assert conv(got) == got  # idempotent
+
+
+def test_mysql_float_leaves_what_it_cannot_make_single_precision():
+    conv = mysql_converter("float unsigned")
+    assert conv(3.5e38) == 3.5e38  # beyond FLOAT's range: strict mode refuses it, naming the table
+    assert conv(7) == 7 and type(conv(7)) is int
+    z = conv(-0.0)
+    assert z == 0.0 and str(z) == "-0.0"  # sent as it is (MariaDB stores 0: equal as float32)
+    assert conv("1.5") == "1.5"
+
+
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False))
+def test_mysql_float_keeps_every_float32_from_its_shortest_text(f):
+    """Whatever float32 upstream holds, the text TiCDC sends for it (its shortest repr) becomes that same float32,
+    as an exact double within FLOAT's range."""
+    sent = shortest_float32(f)
+    got = mysql_converter("float")(sent)
+    assert got == f and abs(got) <= FLT_MAX
+
+
+def test_mysql_adapt_rows_makes_float_columns_exact_single_precision():
+    sink = MYSQL.writer()
+    m = meta({"id": "int(11)", "f": "float", "d": "double"})
+    rows = [{"id": 1, "f": 3.4028235e+38, "d": 3.4028235e+38}, {"id": 2, "f": None, "d": 0.1},
+            {"id": 3, "f": 1, "d": 1}]
+    assert sink.adapt_rows(m, ("id", "f", "d"), rows) == [
+        {"id": 1, "f": FLT_MAX, "d": 3.4028235e+38},  # DOUBLE goes as it is
+        {"id": 2, "f": None, "d": 0.1}, {"id": 3, "f": 1, "d": 1}]
+    ints = [{"id": 1, "f": 2}]
+    assert sink.adapt_rows(m, ("id", "f"), ints) == [{"id": 1, "f": 2}]
+
+
+@pytest.mark.parametrize("value", [FLT_MAX, -FLT_MAX, FLT_MIN_NORMAL, FLT_TRUE_MIN, -FLT_TRUE_MIN, 0.1])
+def test_verify_reads_float_limits_the_same_from_every_side(value):
+    """applier verify compares FLOAT canonically: upstream's text (shortest repr), MariaDB's CAST(f AS DOUBLE)
+    (the exact double) and PostgreSQL's real (psycopg's float of the shortest text) give one value."""
+    from applier.verify.normalise import canonical, read_expr
+
+    assert read_expr("mariadb", "`f`", "float") == "CAST(`f` AS DOUBLE)"
+    upstream = float(repr(shortest_float32(value)))
+    assert canonical(upstream, "float") == canonical(value, "float") == canonical(float(repr(value)), "float")
+    assert canonical(mysql_converter("float")(upstream), "float") == canonical(value, "float")
 
 
 def test_mysql_timestamp():

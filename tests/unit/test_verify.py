@@ -489,3 +489,12 @@ def test_the_row_fast_path_agrees_with_canonical() -> None:
         canon = row_canonicaliser(kinds, collapse)
         for r in rows:
             assert canon(r) == tuple(canonical(v, k, collapse_zero_dates=collapse) for v, k in zip(r, kinds))
+
+
+def test_a_negative_zero_float_compares_equal_to_the_zero_mysql_stores() -> None:
+    """MariaDB stores -0.0 as 0 in FLOAT and DOUBLE columns: verify must not report that as a difference."""
+    from applier.verify.normalise import _CANON
+
+    for kind in ("float", "double"):
+        assert _CANON[kind](-0.0, False) == _CANON[kind](0.0, False) == "0.0"
+        assert _CANON[kind](-1.5, False) == "-1.5"
