@@ -15,8 +15,17 @@ Every one of these transactions commits only after :meth:`ProgressStore.save` or
 (invariant 13); a run another one took over gets :class:`~applier.progress.WriterFenced` and rolls back. The
 MySQL DDL statements themselves commit implicitly and cannot be checked: the "started" marker before them is.
 
-Any error stops the pipeline; restart resumes from the progress tables and converges (the gate drops what is
-already applied and the writes are idempotent).
+A DDL that cannot be translated, or that the target refuses with an error that is neither transient (retried,
+invariant 14) nor a fault of the target itself (read-only, privileges, space: :meth:`Dialect.is_target_fault`),
+is settled by ``[target] on_unsupported_ddl``: ``stop`` (the message names the DDL's Kafka position, its table,
+the target's error and the key), or ``skip``: recorded in ``applier_ddl_history`` as ``skipped`` with the reason and
+the position, together with the progress past it, and the pipeline goes on. On MySQL/MariaDB the ``started`` row
+committed before the statement becomes ``skipped`` in that transaction, so a crash in between replays the
+statement, which is refused again (or found in effect) and settled the same way; under ``stop`` it becomes
+``refused``, so that the rerun runs the statement afresh, not as a replay that would take "does not exist" for done.
+
+Any other error stops the pipeline; restart resumes from the progress tables and converges (the gate drops what
+is already applied and the writes are idempotent).
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ log = logging.getLogger("applier.apply")
 
 Route = Callable[[str, str], "tuple[str, str] | None"]
 
+_CREATE_SCHEMA = "create schema"  # what _exec names the target schema's preparation
 CHUNK_EVENTS = 20_000  # row changes planned and written at a time: bounds memory for huge transactions
 
 
@@ -58,6 +68,16 @@ class ApplyStats:
     transactions: int = 0
     write_seconds: float = 0.0
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class _DDLRefused(ApplyError):
+    """A statement of a DDL failed on the target (and it was not a replay finding it in effect): carries what
+    :meth:`Applier._ddl_refused` needs to stop or skip by policy; the driver's error is its ``__cause__``."""
+
+    def __init__(self, message: str, statement: str, reason: str) -> None:
+        super().__init__(message)
+        self.statement = statement
+        self.reason = reason
 
 
 class _WriteRefused(ApplyError):
@@ -105,6 +125,7 @@ class Applier:
         # [target] schema_evolution (applier/evolve.py): none | create | evolve
         self.schema_evolution = schema_evolution
         self._shape_ready: dict[tuple[str, str], tuple] = {}  # upstream table -> the column tuple checked last
+        self._ran: list[str] = []  # the statements of the DDL being applied that ran (for a refusal's record)
 
     # ---- entry point -----------------------------------------------------------------------------------
     def apply(self, rel: Release, *, undecodable: Iterable[UndecodableMessage] = (), batches: int = 1) -> ApplyStats:
@@ -367,12 +388,16 @@ class Applier:
         except UnsupportedDDL as exc:
             if self.on_unsupported_ddl != "skip":
                 raise ApplyError(
-                    f"DDL at {ev.position} (commit ts {ev.commit_ts}) cannot be applied to {self.dialect.name}: {exc}. "
+                    f"DDL at {ev.position} (commit ts {ev.commit_ts}) of upstream table {shown(ev.schema, ev.table)} "
+                    f"cannot be applied to {self.dialect.name}: {exc}. "
                     "Apply an equivalent change to the target by hand and set [target] on_unsupported_ddl = \"skip\" "
                     "to record and skip it, then restart"
                 ) from None
             self._skip(conn, ev, key, rel, stats, str(exc))
             return
+        for note in tr.notes:  # what the translation dropped (an executable comment's storage options)
+            log.warning("DDL at %s (commit ts %d) of upstream table %s: %s", ev.position, ev.commit_ts,
+                        shown(ev.schema, ev.table), note, extra={"position": ev.position})
         self._refuse_over_held(ev, tr)
         shared = self.shards.conflict(ev, tr)
         if shared == ALREADY_ADDED:
@@ -393,21 +418,31 @@ class Applier:
                 )
             self._skip(conn, ev, key, rel, stats, f"shard DDL not run on a merged table: {shared}")
             return
-        if self.dialect.ddl_is_transactional:
-            with conn.begin():
-                self.sink.begin(conn)
-                self._run_statements(conn, ev, tr, replay=False)
-                self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
-                self._save_after_ddl(conn, ev, rel)
-        else:
-            with conn.begin():
-                self.store.ddl_record(conn, ev, key, state="started", statements=tr.statements)
-            self._run_statements(conn, ev, tr, replay=state == "started")
+        self._ran = []
+        try:
+            if self.dialect.ddl_is_transactional:
+                with conn.begin():
+                    self.sink.begin(conn)
+                    self._run_statements(conn, ev, tr, replay=False)
+                    self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
+                    self._save_after_ddl(conn, ev, rel)
+            else:
+                with conn.begin():
+                    self.store.ddl_record(conn, ev, key, state="started", statements=tr.statements)
+                self._run_statements(conn, ev, tr, replay=state == "started")
+                if conn.in_transaction():
+                    conn.commit()  # the autobegun transaction around the (implicitly committing) DDL
+                with conn.begin():
+                    self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
+                    self._save_after_ddl(conn, ev, rel)
+        except _DDLRefused as exc:
+            if self.dialect.is_transient(exc.__cause__):
+                raise  # a lost connection, a deadlock: the run replays the transaction (invariant 14)
             if conn.in_transaction():
-                conn.commit()  # the autobegun transaction around the (implicitly committing) DDL
-            with conn.begin():
-                self.store.ddl_record(conn, ev, key, state="done", statements=tr.statements)
-                self._save_after_ddl(conn, ev, rel)
+                conn.rollback()
+            self.sink.forget_tables(tr.targets or None)  # a statement before it may have changed a table
+            self._ddl_refused(conn, ev, key, tr, rel, stats, exc)
+            return
         self.sink.forget_tables(tr.targets or None)
         stats.ddls += 1
         stats.transactions += 1
@@ -435,11 +470,57 @@ class Applier:
                              "restart")
 
     def _skip(self, conn: Connection, ev: DDL, key: str, rel: Release, stats: ApplyStats, detail: str) -> None:
+        detail = f"{detail} (DDL message at {ev.position})"  # the history row keeps where the message was
         with conn.begin():
             self.store.ddl_record(conn, ev, key, state="skipped", statements=[], detail=detail)
             self._save_after_ddl(conn, ev, rel)
         stats.ddls_skipped += 1
-        log.warning("skipped DDL at %s: %s", ev.position, detail, extra={"position": ev.position})
+        log.warning("skipped DDL at %s (commit ts %d) of upstream table %s: %s", ev.position, ev.commit_ts,
+                    shown(ev.schema, ev.table), detail, extra={"position": ev.position})
+
+    def _ddl_refused(self, conn: Connection, ev: DDL, key: str, tr: TranslatedDDL, rel: Release, stats: ApplyStats,
+                     exc: _DDLRefused) -> None:
+        """A statement of the DDL failed on the target, not transiently (a transient fault is replayed by the run,
+        invariant 14, and never comes here). A fault of the target itself (read-only, privileges, space) stops
+        whatever the policy, since every later DDL would fail alike; any other refusal is settled by ``[target]
+        on_unsupported_ddl``: stop, naming the position, the tables, the target's error and the key, or skip,
+        recorded with all of that."""
+        cause = exc.__cause__
+        tables = f"upstream table {shown(ev.schema, ev.table)}" if ev.table else f"upstream schema {shown(ev.schema)}"
+        if tr.targets:
+            tables += " (target " + ", ".join(shown(*t) for t in tr.targets) + ")"
+        where = f"DDL at {ev.position} (commit ts {ev.commit_ts}) of {tables}"
+        stmt = _printable(exc.statement[:500])
+        ran = ""
+        if self._ran and not self.dialect.ddl_is_transactional:
+            ran = "; before it, these ran and took effect: " + _printable("; ".join(self._ran)[:500])
+        if self.dialect.is_target_fault(cause):
+            raise ApplyError(
+                f"{where} failed on the target: {exc.reason}; statement: {stmt}{ran}. The target itself cannot run "
+                "it (read-only, a privilege the applier's user lacks, no space or memory), so it is not skipped by "
+                "[target] on_unsupported_ddl: fix the target, then restart") from cause
+        if self.on_unsupported_ddl != "skip":
+            if not self.dialect.ddl_is_transactional and not self._ran:
+                self._mark_refused(conn, ev, key, tr, f"refused by the target: {exc.reason} (DDL message at "
+                                                      f"{ev.position})")
+            raise ApplyError(
+                f"{where} failed on the target: {exc.reason}; statement: {stmt}{ran}. Fix the target so the statement "
+                "can run, then restart; or apply an equivalent change by hand (or decide the replica goes without "
+                "it) and set [target] on_unsupported_ddl = \"skip\" to record this DDL as skipped and go on"
+            ) from cause
+        self._skip(conn, ev, key, rel, stats, f"refused by the target: {exc.reason}; statement: {stmt}{ran}; "
+                                              f"{tables}")
+
+    def _mark_refused(self, conn: Connection, ev: DDL, key: str, tr: TranslatedDDL, detail: str) -> None:
+        """MySQL/MariaDB: the ``started`` row of a DDL the target refused becomes ``refused``. A MySQL statement is
+        atomic and none ran before it, so the rerun is not a replay: an "already exists / does not exist" error then
+        stops again instead of passing for a statement that took effect before a crash."""
+        try:
+            with conn.begin():
+                self.store.ddl_record(conn, ev, key, state="refused", statements=tr.statements, detail=detail)
+        except Exception as exc:  # the stop that follows is what counts; a rerun then replays it as after a crash
+            log.warning("could not record the refused DDL at %s: %s", ev.position, db_reason(exc),
+                        extra={"position": ev.position})
 
     def _confine(self, ev: DDL, tr: TranslatedDDL) -> None:
         """Invariant 11: a DDL acts only on objects its routes give it. Where a statement acts is parsed from its
@@ -481,7 +562,7 @@ class Applier:
         if tr.kind in ("create_table", "rename_table", "create_view", "create_schema"):
             for schema in dict.fromkeys(s for s, _ in tr.targets):
                 fresh = not self.sink.schema_exists(conn, schema)
-                self._exec(conn, ev, lambda: self.sink.prepare_schema(conn, schema), replay, "create schema")
+                self._exec(conn, ev, lambda: self.sink.prepare_schema(conn, schema), replay, _CREATE_SCHEMA)
                 if fresh:  # only schemas the applier made may later be dropped with what is in them
                     self.store.schema_created(conn, schema)
         for stmt in tr.statements:
@@ -572,11 +653,13 @@ class Applier:
                 if conn.in_transaction():
                     conn.rollback()
                 return
-            raise ApplyError(
-                f"DDL at {ev.position} (commit ts {ev.commit_ts}) failed on the target: {db_reason(exc)}; "
-                f"statement: {what[:500]}. Fix the target so the statement can run (or apply it by hand and set "
-                "[target] on_unsupported_ddl = \"skip\"), then restart"
+            reason = db_reason(exc)
+            raise _DDLRefused(  # settled by _ddl_refused: retried, stopped or skipped
+                f"DDL at {ev.position} (commit ts {ev.commit_ts}) failed on the target: {reason}; statement: "
+                f"{_printable(what[:500])}", what, reason
             ) from exc
+        if what != _CREATE_SCHEMA:  # (idempotent: not a statement a rerun could find in effect)
+            self._ran.append(what)
 
     def _save_after_ddl(self, conn: Connection, ev: DDL, rel: Release) -> None:
         # Rows with this commit ts do not exist (a DDL is its own transaction), but other DDLs with the same
@@ -593,3 +676,11 @@ class Applier:
         t.transactions += s.transactions
         for k, v in s.tables.items():
             t.tables[k] = t.tables.get(k, 0) + v
+
+
+def _printable(text: str) -> str:
+    """A statement for a message or a record: its names come from upstream, so a control character (a NUL from a
+    hostile message) is escaped; everything else, non-ASCII names included, stays as it is."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)

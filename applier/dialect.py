@@ -3,9 +3,10 @@
 The applier writes to three servers that differ in ways that matter for correctness: which writer (COPY and
 ``ON CONFLICT`` on PostgreSQL, ``ON DUPLICATE KEY UPDATE`` on MySQL/MariaDB), how the upstream DDL is
 translated (MariaDB spells some statements differently from MySQL), how a decoded MySQL value becomes what a
-column stores, whether DDL is transactional, and which server errors mean "a fault that passes" or "this DDL had
-already taken effect". Keeping all of those on one :class:`Dialect` means the choice is made in one place
-(:func:`dialect_for`) and a fourth database is one new class, not a hunt through the stages.
+column stores, whether DDL is transactional, and which server errors mean "a fault that passes", "this DDL had
+already taken effect" or "the target itself cannot work" (read-only, privileges, no space). Keeping all of those
+on one :class:`Dialect` means the choice is made in one place (:func:`dialect_for`) and a fourth database is one
+new class, not a hunt through the stages.
 
 What a dialect *runs* (table reads, upsert/delete SQL, schema creation) lives in its writer under
 ``applier/sinks/``; what it *translates* lives under ``applier/ddl/``; this module only picks and classifies.
@@ -60,9 +61,28 @@ MYSQL_REPLAY_NOOP_ERRORS = frozenset({
     1517,  # duplicate partition name
 })
 
+# MySQL/MariaDB error codes that are faults of the target itself, not of the statement it refused: a DDL refused
+# with one is never recorded as skipped by [target] on_unsupported_ddl (every later DDL would be skipped too while
+# the target is read-only or full); the run stops until the target is fixed.
+MYSQL_TARGET_FAULTS = frozenset({
+    1021,  # disk full
+    1026,  # error writing file
+    1037, 1038, 1041,  # out of memory
+    1044, 1045, 1142, 1143, 1227,  # access denied, a command or privilege the applier's user lacks
+    1114,  # the table is full
+    1203, 1226,  # user resource limits (max_user_connections, ...)
+    1290,  # --read-only (or another server option) prevents the statement
+    1836,  # read-only mode
+})
+
 # SQLSTATEs (and classes) of PostgreSQL faults that pass: the whole target transaction is replayed (invariant 14).
 PG_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "53300", "55P03", "57P01", "57P02", "57P03"})
 PG_TRANSIENT_SQLSTATE_CLASSES = ("08",)  # connection exceptions
+# faults of the PostgreSQL server itself (see MYSQL_TARGET_FAULTS): a read-only transaction, a privilege the
+# applier's role lacks; insufficient resources (53: disk full, out of memory), operator intervention (57: a
+# cancelled statement, a shutdown), system errors (58: I/O) and internal errors (XX)
+PG_TARGET_FAULT_SQLSTATES = frozenset({"25006", "42501"})
+PG_TARGET_FAULT_SQLSTATE_CLASSES = ("53", "57", "58", "XX")
 
 
 def _driver_error(exc: BaseException | None) -> DBAPIError | None:
@@ -110,7 +130,17 @@ class Dialect:
         """True when re-running a DDL failed only because it had already taken effect."""
         return False
 
+    def is_target_fault(self, exc: BaseException | None) -> bool:
+        """Whether ``exc`` (or an exception it was raised from) says the target itself cannot work, whatever the
+        statement: read-only, a privilege the applier's user lacks, a full disk, no memory. A DDL refused so is
+        never skipped by policy: it would not be the only one."""
+        err = _driver_error(exc)
+        return err is not None and not self.is_transient(err) and self._target_fault_driver_error(err.orig)
+
     def _transient_driver_error(self, orig: BaseException | None) -> bool:
+        return False
+
+    def _target_fault_driver_error(self, orig: BaseException | None) -> bool:
         return False
 
     # ---- history and soft-delete modes (applier.modes) ----------------------------------------------------
@@ -147,6 +177,10 @@ class MySQLDialect(Dialect):
         if isinstance(exc, DBAPIError) and exc.orig is not None and exc.orig.args:
             return exc.orig.args[0] in MYSQL_REPLAY_NOOP_ERRORS
         return False
+
+    def _target_fault_driver_error(self, orig: BaseException | None) -> bool:
+        code = orig.args[0] if orig is not None and orig.args else None
+        return code in MYSQL_TARGET_FAULTS
 
     def mode_statements(self, prep: Any, shape: "TableShape", change: "Conform") -> list[str]:
         """One ALTER TABLE (MySQL runs its clauses as one atomic change): ADD COLUMN per mode column, DROP PRIMARY
@@ -218,6 +252,11 @@ class PostgresDialect(Dialect):
             return sqlstate in PG_TRANSIENT_SQLSTATES or sqlstate.startswith(PG_TRANSIENT_SQLSTATE_CLASSES)
         # no SQLSTATE: the connection itself failed
         return type(orig).__module__.startswith("psycopg") and type(orig).__name__ == "OperationalError"
+
+    def _target_fault_driver_error(self, orig: BaseException | None) -> bool:
+        sqlstate = getattr(orig, "sqlstate", None)
+        return sqlstate is not None and (sqlstate in PG_TARGET_FAULT_SQLSTATES
+                                         or sqlstate.startswith(PG_TARGET_FAULT_SQLSTATE_CLASSES))
 
 
 def _qualified(prep: Any, shape: "TableShape") -> str:

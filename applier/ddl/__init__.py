@@ -10,6 +10,10 @@ package turns it into statements for the target:
 * ``translate("postgresql", ...)``: the MySQL DDL is parsed and PostgreSQL DDL is rendered from an explicit
   type map (see ``applier/ddl/postgres.py``).
 
+Before either, every comment leaves the statement (``applier/ddl/comments.py``): a MySQL executable comment
+``/*!NNNNN ... */`` holding a character set, a collation or ``IF [NOT] EXISTS`` becomes plain syntax, one holding
+storage options is dropped (``TranslatedDDL.notes`` says so), and anything else in one refuses the DDL.
+
 Routing is a callable ``route(schema, table) -> (schema, table) | None``; ``None`` means the table is
 ignored downstream. Schema-level DDL (CREATE/DROP/ALTER DATABASE) calls ``route(schema, "")`` and uses the
 returned schema. Unqualified names in the query belong to the event's schema.
@@ -34,15 +38,16 @@ quoted and literals re-rendered.
 Layout (each module imports only the ones below it): this package picks the dialect and runs the prelude every
 dialect shares (:func:`translate`); ``mysql.py`` (with ``mariadb.py`` and ``rewrite.py``) and ``postgres.py``
 (with ``pg_tables.py``, ``pg_types.py`` and ``pg_sql.py``) translate; ``common.py`` holds the statements both
-route alike, ``syntax.py`` the MySQL DDL grammar, ``tidb.py`` the TiDB-only syntax, ``base.py`` the result,
-error and context types, and ``lexer.py`` the tokens.
+route alike, ``syntax.py`` the MySQL DDL grammar, ``tidb.py`` the TiDB-only syntax, ``comments.py`` the
+comments (none reaches the target), ``base.py`` the result, error and context types, and ``lexer.py`` the tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from applier.ddl.base import ALTER_CLAUSES, KINDS, Context, Route, TranslatedDDL, UnsupportedDDL
+from applier.ddl.base import ALTER_CLAUSES, KINDS, Context, Route, TranslatedDDL, UnsupportedDDL, Untranslatable
+from applier.ddl.comments import strip_comments
 from applier.ddl.lexer import LexError, Statement
 from applier.ddl.mysql import translate_mysql
 from applier.ddl.postgres import translate_postgres
@@ -62,22 +67,30 @@ def translate(dialect: str, query: str, *, schema: str, table: str, route: Route
     else:
         raise ValueError(f"unknown DDL target dialect {dialect!r}: use 'mysql', 'mariadb' or 'postgresql'")
     ctx = Context(dialect=d, query=query, schema=schema or "", table=table or "", route=route)
+    notes: list[str] = []
     try:
-        stmt = _prepare(ctx)
+        stmt = _prepare(ctx, notes)
         result = TranslatedDDL([], "other", []) if stmt is None else impl(ctx, stmt)
     except LexError as exc:
         ctx.fail(f"cannot parse the statement ({exc})")
     assert result.kind in KINDS, result.kind
     assert result.alters <= ALTER_CLAUSES, result.alters
     if not result.statements and result.targets:
-        return replace(result, targets=[], sources=[])  # nothing runs, nothing is touched
-    return replace(result, sources=list(dict.fromkeys(ctx.touched)))
+        return replace(result, targets=[], sources=[], notes=tuple(notes))  # nothing runs, nothing is touched
+    return replace(result, sources=list(dict.fromkeys(ctx.touched)), notes=tuple(notes))
 
 
-def _prepare(ctx: Context) -> Statement | None:
+def _prepare(ctx: Context, notes: list[str]) -> Statement | None:
     """The prelude every dialect needs before it looks at the statement kind, so that both refuse and skip the
-    same statements; None when there is nothing to run downstream (no statement, or a TiDB-only one)."""
-    stmt = Statement.lex(neutralise_tidb(ctx.query))
+    same statements; None when there is nothing to run downstream (no statement, or a TiDB-only one). No comment
+    survives it (``applier/ddl/comments.py``): an executable one becomes plain syntax, is dropped (``notes`` says
+    so) or refuses the DDL, so the target runs only what the translator read as the statement."""
+    try:
+        text, dropped = strip_comments(neutralise_tidb(ctx.query))
+    except Untranslatable as exc:
+        ctx.fail(exc.reason)
+    notes.extend(dropped)
+    stmt = Statement.lex(text)
     if not stmt.sig:
         return None
     if any(t.is_op(";") for t in stmt.sig):

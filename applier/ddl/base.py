@@ -77,6 +77,9 @@ class TranslatedDDL:
     # the upstream names of the columns an "add_column" clause adds, in statement order, so the caller can tell
     # whether the target table already has them (another shard added them first)
     added_columns: tuple[str, ...] = field(default=(), compare=False)
+    # what the translation dropped from the statement that an operator should hear of (an executable comment's
+    # storage options, applier/ddl/comments.py): the caller logs each as a warning naming the message's position
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
 
 class UnsupportedDDL(Exception):

@@ -1,7 +1,8 @@
 """MySQL / MariaDB target: the upstream statement, rewritten in place.
 
-The statement text is kept as the user wrote it (column definitions, types, defaults, comments, charset and
-collation tails), minus TiDB-only syntax (``applier/ddl/tidb.py``). Only these parts change:
+The statement text is kept as the user wrote it (column definitions, types, defaults, COMMENT clauses, charset and
+collation tails), minus TiDB-only syntax (``applier/ddl/tidb.py``) and every comment (``applier/ddl/comments.py``:
+an executable one's content becomes plain syntax, is dropped or refuses the DDL). Only these parts change:
 
 =====================================================  ========================================================
 upstream                                               downstream

@@ -20,7 +20,8 @@ table options ``AUTO_ID_CACHE``,                      removed with their value a
 /``STATS_COL_LIST``/``STATS_SAMPLE_RATE``,
 ``[DEFAULT] PLACEMENT POLICY [=] p``,
 ``REMOVE TTL`` (ALTER TABLE)
-``/*!40101 ... */`` (MySQL versioned comments)        kept as written (their content is MySQL syntax)
+``/*!40101 ... */`` (MySQL versioned comments)        kept here (MySQL syntax); ``applier/ddl/comments.py``
+                                                      then keeps, drops or refuses their content
 ====================================================  ==================================================
 
 Bare keywords are removed only inside CREATE TABLE / ALTER TABLE / CREATE INDEX / CREATE|ALTER DATABASE

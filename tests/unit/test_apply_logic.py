@@ -144,8 +144,23 @@ def test_the_same_error_without_a_started_marker_stops_the_pipeline() -> None:
     add = ddl(30, 2, "ALTER TABLE t ADD COLUMN c INT")
     with pytest.raises(ApplyError, match=r"DDL at .* failed on the target: .*duplicate column.* Fix the target"):
         release_ddl(ap, gate, add, 30)
-    assert ap.store.ddl[ddl_key(add)] == "started"  # the rerun after the fix is a replay
+    # recorded as refused, not left "started": the rerun runs it afresh, so "duplicate column" is not taken for a
+    # statement that took effect before a crash, and the run stops again until the target or the policy changes
+    assert ap.store.ddl[ddl_key(add)] == "refused"
     assert ("save", 30) not in sink.log and gate.applied_ts == 20
+    with pytest.raises(ApplyError, match=r"DDL at .* failed on the target: .*duplicate column"):
+        _rerun(add, "stop")  # nothing changed: it stops again
+    assert _rerun(add, "skip") == ("skipped", 30)  # the documented way on: record it as skipped
+
+
+def _rerun(ev: DDL, policy: str) -> tuple[str, int]:
+    """A new run over a target that has table t with columns id and c, whose history has ``ev`` as refused."""
+    ap, gate = setup(FakeSink(), on_unsupported_ddl=policy)
+    with ap.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t (id INT PRIMARY KEY, c INT)")
+    ap.store.ddl[ddl_key(ev)] = "refused"
+    release_ddl(ap, gate, ev, ev.commit_ts)
+    return ap.store.ddl[ddl_key(ev)], gate.applied_ts
 
 
 @pytest.mark.parametrize("state", ["done", "skipped"])
@@ -193,6 +208,155 @@ def test_a_ddl_reaching_the_appliers_own_tables_is_refused() -> None:
     with pytest.raises(ApplyError, match="reserved for the applier's own tables"):
         release_ddl(ap, gate, DDL("s", "applier_progress", 20, "DROP TABLE applier_progress",
                                   SourcePosition("k", 0, 0)), 20)
+
+
+# ---- a DDL the target refuses (issue 24): settled by on_unsupported_ddl, never a stall for good ----------------
+
+REFUSED = "ALTER TABLE missing ADD COLUMN c INT"  # the target has no such table: SQLite refuses it, not as a replay
+
+
+def history(ap: Applier) -> list[tuple]:
+    return [e for e in ap.store.log if e[0] == "ddl"]
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_ddl_the_target_refuses_stops_naming_position_table_error_and_key(transactional: bool) -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, transactional=transactional)
+    ev = DDL("s", "missing", 20, REFUSED, SourcePosition("k", 0, 7))
+    with pytest.raises(ApplyError) as err:
+        release_ddl(ap, gate, ev, 20)
+    msg = str(err.value)
+    assert "DDL at topic=k partition=0 offset=7 (commit ts 20) of upstream table s.missing (target main.missing)" in msg
+    assert "failed on the target: OperationalError: no such table" in msg and "statement: ALTER TABLE" in msg
+    assert '[target] on_unsupported_ddl = "skip"' in msg and "Fix the target" in msg
+    assert gate.applied_ts == 0 and ("save", 20) not in sink.log
+    # MySQL's "started" marker becomes "refused" (the rerun is no replay); PostgreSQL's transaction recorded nothing
+    assert ap.store.ddl.get(ddl_key(ev)) == (None if transactional else "refused")
+
+
+def keep_details(ap: Applier) -> list[str]:
+    """Every detail the store is asked to record, whole (FakeStore logs 40 characters of it)."""
+    details: list[str] = []
+    record = ap.store.ddl_record
+
+    def keep(conn, ev, key, *, state, statements, detail=""):
+        details.append(detail)
+        record(conn, ev, key, state=state, statements=statements, detail=detail)
+
+    ap.store.ddl_record = keep  # type: ignore[method-assign]
+    return details
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_under_skip_a_refused_ddl_is_recorded_with_its_reason_and_position_and_the_rest_goes_on(
+        transactional: bool) -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, transactional=transactional, on_unsupported_ddl="skip")
+    details = keep_details(ap)
+    ev = DDL("s", "missing", 20, REFUSED, SourcePosition("k", 0, 7))
+    gate.add([row(10, 0, 1, 1), ev, row(30, 8, 2, 2), Resolved(30, SourcePosition("k", 0, 9))])
+    stats = ap.apply(gate.release())
+    assert ap.store.ddl == {ddl_key(ev): "skipped"} and stats.ddls_skipped == 1 and stats.ddls == 0
+    # the rows on both sides of it are written, the skip commits with the progress up to it, the run goes on
+    assert [e for e in sink.log if e[0] == "write"] == [("write", ([], [1])), ("write", ([], [2]))]
+    skipped = sink.log.index(history(ap)[-1])
+    assert history(ap)[-1][:2] == ("ddl", "skipped") and sink.log[skipped + 1] == ("save", 19)
+    assert gate.applied_ts == 30 and sink.log[-1] == ("save", 30)
+    # the record carries the target's error, the statement, the table and the Kafka position
+    full = details[-1]
+    assert full.startswith("refused by the target: OperationalError: no such table"), full
+    assert "statement: ALTER TABLE `main`.`missing` ADD COLUMN c INT" in full and "upstream table s.missing" in full
+    assert full.endswith("(DDL message at topic=k partition=0 offset=7)")
+
+
+def test_a_refusal_after_a_crash_between_started_and_skipped_is_settled_the_same_way() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, on_unsupported_ddl="skip")
+    ev = DDL("s", "missing", 20, REFUSED, SourcePosition("k", 0, 7))
+    ap.store.ddl[ddl_key(ev)] = "started"  # the crash: the marker committed, the skip did not
+    release_ddl(ap, gate, ev, 20)
+    assert ap.store.ddl[ddl_key(ev)] == "skipped" and gate.applied_ts == 20
+
+
+def test_a_transient_refusal_is_never_skipped() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, on_unsupported_ddl="skip")
+    ap.dialect.is_transient = lambda exc: exc is not None  # type: ignore[method-assign]  # "lost connection"
+    ev = DDL("s", "missing", 20, REFUSED, SourcePosition("k", 0, 7))
+    with pytest.raises(ApplyError, match="failed on the target") as err:
+        release_ddl(ap, gate, ev, 20)
+    assert err.value.__cause__ is not None  # the driver's error stays in the chain: the run replays it
+    assert ap.store.ddl[ddl_key(ev)] == "started" and gate.applied_ts == 0 and ap.total.ddls_skipped == 0
+
+
+def test_a_fault_of_the_target_itself_stops_even_under_skip() -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, on_unsupported_ddl="skip")
+    ap.dialect.is_target_fault = lambda exc: True  # type: ignore[method-assign]  # e.g. read-only
+    ev = DDL("s", "missing", 20, REFUSED, SourcePosition("k", 0, 7))
+    with pytest.raises(ApplyError, match=r"The target itself cannot run it .* fix the target, then restart"):
+        release_ddl(ap, gate, ev, 20)
+    assert ap.store.ddl[ddl_key(ev)] == "started" and gate.applied_ts == 0
+
+
+def test_the_dialects_tell_a_fault_of_the_target_from_a_refused_statement() -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from applier.dialect import MARIADB, MYSQL, POSTGRES
+
+    class PgError(Exception):
+        def __init__(self, sqlstate: str) -> None:
+            super().__init__("pg")
+            self.sqlstate = sqlstate
+
+    def wrap(orig: Exception) -> ApplyError:
+        err = ApplyError("DDL failed")
+        err.__cause__ = OperationalError("stmt", {}, orig)
+        return err
+
+    for d in (MYSQL, MARIADB):
+        assert d.is_target_fault(wrap(Exception(1290, "running with the --read-only option")))
+        assert d.is_target_fault(wrap(Exception(1142, "ALTER command denied")))
+        assert d.is_target_fault(wrap(Exception(1021, "Disk full")))
+        assert not d.is_target_fault(wrap(Exception(1146, "Table doesn't exist")))
+        assert not d.is_target_fault(wrap(Exception(1064, "You have an error in your SQL syntax")))
+        assert not d.is_target_fault(wrap(Exception(2013, "Lost connection")))  # transient: retried instead
+    assert POSTGRES.is_target_fault(wrap(PgError("25006")))  # read-only transaction
+    assert POSTGRES.is_target_fault(wrap(PgError("42501")))  # insufficient privilege
+    assert POSTGRES.is_target_fault(wrap(PgError("53100")))  # disk full
+    assert not POSTGRES.is_target_fault(wrap(PgError("3F000")))  # no such schema: the statement's fault
+    assert not POSTGRES.is_target_fault(wrap(PgError("57P01")))  # admin shutdown: transient, retried
+    assert not POSTGRES.is_target_fault(ApplyError("no driver error"))
+
+
+def test_dropped_executable_comment_options_are_logged_with_the_position(caplog) -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink)
+    with caplog.at_level("WARNING", logger="applier.apply"):
+        release_ddl(ap, gate, ddl(20, 3, "CREATE TABLE t (id INT PRIMARY KEY) /*!50100 TABLESPACE ts */"), 20)
+    assert columns(ap) == ["id"]
+    (rec,) = [r for r in caplog.records if "executable comment" in r.getMessage()]
+    assert "DDL at topic=k partition=0 offset=3" in rec.getMessage() and "TABLESPACE" in rec.getMessage()
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_a_smuggling_executable_comment_never_runs_and_is_settled_by_policy(policy: str) -> None:
+    sink = FakeSink()
+    ap, gate = setup(sink, on_unsupported_ddl=policy)
+    release_ddl(ap, gate, ddl(20, 0, "CREATE TABLE t (id INT PRIMARY KEY)"), 20)
+    with ap.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE x (id INT)")
+    ev = DDL("s", "t", 30, "ALTER TABLE t ADD c INT /*!50000 , DROP TABLE x */", SourcePosition("k", 0, 5))
+    if policy == "stop":
+        with pytest.raises(ApplyError, match=r"DDL at topic=k partition=0 offset=5 .* executable comment"):
+            release_ddl(ap, gate, ev, 30)
+    else:
+        release_ddl(ap, gate, ev, 30)
+        assert ap.store.ddl[ddl_key(ev)] == "skipped"
+    with ap.engine.connect() as c:
+        tables = {r[0] for r in c.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "x" in tables and columns(ap) == ["id"]
 
 
 # ---- shard merges: one shard's destructive DDL on a table the routes merge ---------------------------------

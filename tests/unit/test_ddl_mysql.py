@@ -59,8 +59,11 @@ def test_create_table_body_passes_through_verbatim():
 	description text CHARACTER SET gbk COMMENT 'it''s "quoted"',
 	t datetime(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
 	PRIMARY KEY (id)
-) ENGINE = InnoDB CHARSET = utf8mb4 /*!40101 COLLATE = utf8mb4_bin */"""
+) ENGINE = InnoDB CHARSET = utf8mb4"""
     assert one("CREATE TABLE cs_gbk " + body + ";") == "CREATE TABLE IF NOT EXISTS `replica`.`cs_gbk` " + body
+    # an executable comment's collation becomes plain syntax: TiDB ran it, and no comment reaches the target
+    assert one("CREATE TABLE cs_gbk " + body + " /*!40101 COLLATE = utf8mb4_bin */") == \
+        "CREATE TABLE IF NOT EXISTS `replica`.`cs_gbk` " + body + " COLLATE = utf8mb4_bin"
 
 
 def test_create_table_strips_tidb_syntax():
@@ -475,7 +478,12 @@ def test_every_workload_create_table(vectors, dialect):
         if dialect == "mariadb":
             expected = expected.replace("utf8mb4_0900_ai_ci", "utf8mb4_unicode_520_ci")
             expected = expected.replace(") INVISIBLE", ") IGNORED")
-        assert out[len(head):].strip() == expected.strip(), (workload, out)
+        got = out[len(head):].strip()
+        if any(t.kind == "comment" for t in tokenize(rest)):
+            # no comment reaches the target (applier/ddl/comments.py): compare without them, spaces aside
+            expected = re.sub(r"(--[^\n]*|/\*.*?\*/)", " ", expected, flags=re.S)
+            got, expected = " ".join(got.split()), " ".join(expected.split())
+        assert got == expected.strip(), (workload, out)
     assert count > 90
 
 
