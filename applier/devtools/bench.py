@@ -59,7 +59,7 @@ from applier.devtools.bench_parts import (StageClock, _count, check_workload_arg
                                          human_bytes, parse_rates, produce_stream, rate, ratio, safe_name,
                                          system_cpu_ticks, target_checksums, toml_text)
 
-PROTOCOLS = ("open", "canal-json")
+PROTOCOLS = ("open", "canal-json", "simple")  # bench_peer runs "debezium" (its own verification)
 TARGETS = ("mariadb", "postgres")
 DEFAULT_MIX = (0.5, 0.35, 0.15)
 BULK_CHUNK_ROWS = 50_000

@@ -206,12 +206,22 @@ def applied_resolved_ts(engine, pipeline: str) -> int | None:
 
 
 def drop_schema(engine, schema: str) -> None:
+    _schema_statement(engine, schema, "DROP SCHEMA IF EXISTS {} CASCADE", "DROP DATABASE IF EXISTS {}")
+
+
+def create_schema(engine, schema: str) -> None:
+    """A new schema (PostgreSQL) or database (MariaDB/MySQL, utf8mb4), for a consumer that writes into an existing
+    one (the Debezium JDBC sink creates tables, not schemas)."""
+    _schema_statement(engine, schema, "CREATE SCHEMA {}", "CREATE DATABASE {} CHARACTER SET utf8mb4")
+
+
+def _schema_statement(engine, schema: str, postgres: str, mysql: str) -> None:
     prep = engine.dialect.identifier_preparer
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
-            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {prep.quote_schema(schema)} CASCADE")
+            conn.exec_driver_sql(postgres.format(prep.quote_schema(schema)))
         else:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {prep.quote_identifier(schema)}")
+            conn.exec_driver_sql(mysql.format(prep.quote_identifier(schema)))
 
 
 def human_bytes(n: float | None) -> str:

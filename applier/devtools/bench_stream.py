@@ -6,6 +6,11 @@ row versions (8 bytes per key ever used) plus a live-key list: a row's values ar
 (seed, table, key, version) (``bench_row``), so any earlier image can be rebuilt on demand. The expected final
 state is a per-table ``TableChecksum`` (row count + sum of 64-bit row digests, maintained incrementally),
 and the benchmark computes the same checksum from the target's rows.
+
+Protocols: Open Protocol, Canal-JSON (TiDB extension), TiCDC's Simple protocol (JSON) and TiCDC's Debezium JSON
+with the schema envelope (``debezium``: what ``applier.devtools.bench_peer`` races the Debezium JDBC sink on). The Debezium stream has the
+shape of :data:`DEBEZIUM_BENCH_COLUMN_NAMES`, which leaves out what TiCDC's Debezium encoding cannot carry
+exactly (:data:`DEBEZIUM_AVOIDS`), so that every consumer can reproduce the upstream rows.
 """
 
 from __future__ import annotations
@@ -20,9 +25,13 @@ from decimal import Decimal
 from typing import Any, Iterable, Iterator as _Iterator, Mapping as _Mapping
 
 from applier.devtools.changefeed import tso
-from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
+from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition, TableSchema
 
 BENCH_SCHEMA = "bench"
+BENCH_PROTOCOLS = ("open", "canal-json", "debezium", "simple")
+#: Simple protocol: a BOOTSTRAP of a table to every partition after this many of its row messages (TiCDC's
+#: send-bootstrap-in-msg-count default)
+SIMPLE_BOOTSTRAP_MESSAGES = 10_000
 
 #: (name, event Column, upstream SQL type, checksum kind): mixed types, one primary key
 _BENCH_SPEC: tuple[tuple[str, Column, str, str], ...] = (
@@ -41,6 +50,18 @@ _BENCH_SPEC: tuple[tuple[str, Column, str, str], ...] = (
 BENCH_COLUMNS: tuple[Column, ...] = tuple(s[1] for s in _BENCH_SPEC)
 BENCH_COLUMN_NAMES: tuple[str, ...] = tuple(s[0] for s in _BENCH_SPEC)
 BENCH_KINDS: dict[str, str] = {s[0]: s[3] for s in _BENCH_SPEC}
+#: column -> MySQL type without nullability ("int unsigned", "decimal(14,2)"): what TiCDC knows from the table schema
+BENCH_TYPES: dict[str, str] = {s[0]: s[2].replace(" NOT NULL", "").replace(" NULL", "").lower() for s in _BENCH_SPEC}
+#: the Debezium stream's columns: the bench shape without ``payload`` (DEBEZIUM_AVOIDS says why)
+DEBEZIUM_BENCH_COLUMN_NAMES: tuple[str, ...] = tuple(n for n in BENCH_COLUMN_NAMES if n != "payload")
+#: what the Debezium bench stream leaves out, and why (printed by the peer bench)
+DEBEZIUM_AVOIDS = (
+    "BINARY/VARBINARY/BLOB columns (without the TiDB extension TiCDC sends them as base64 text in plain string "
+    "fields: no consumer can tell them from text, so both would store the base64)",
+    "TIME and BIT columns (the Debezium JDBC sink fails on them unless they are left out with field.exclude.list)",
+    "BIGINT UNSIGNED values >= 2^63 (sent as negative int64 without the TiDB extension) and DECIMALs wider than "
+    "15 digits (sent as a JSON double): the shape's INT UNSIGNED and DECIMAL(14,2) travel exactly",
+)
 
 _M64 = (1 << 64) - 1
 _CENT = Decimal("0.01")
@@ -50,8 +71,8 @@ _BENCH_NAMES = ("ann", "bo", "zoë", "ξένια", "李", "o'brien", "tab\there"
 _BENCH_NOTES = ("", "gift ☃", "rush order", "naïve 🚀", "line\nbreak", "plain ascii note for the benchmark")
 
 
-def bench_table_ddl(table: str) -> str:
-    cols = ", ".join(f"`{name}` {sql}" for name, _, sql, _ in _BENCH_SPEC)
+def bench_table_ddl(table: str, columns: tuple[str, ...] = BENCH_COLUMN_NAMES) -> str:
+    cols = ", ".join(f"`{name}` {sql}" for name, _, sql, _ in _BENCH_SPEC if name in columns)
     return f"CREATE TABLE `{table}` ({cols}, PRIMARY KEY (`id`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 
 
@@ -81,10 +102,11 @@ def bench_row(table: int, key: int, version: int, seed: int = 0) -> dict[str, An
     }
 
 
-def bench_canonical(row: _Mapping[str, Any]) -> bytes:
-    """One text form of a bench row whatever the driver returned (Decimal/int, bytes/memoryview, ...)."""
+def bench_canonical(row: _Mapping[str, Any], columns: tuple[str, ...] = BENCH_COLUMN_NAMES) -> bytes:
+    """One text form of a bench row whatever the driver returned (Decimal/int/float, bytes/memoryview, ...), of
+    ``columns`` (the stream's shape; other columns of ``row`` are not read)."""
     parts = []
-    for name in BENCH_COLUMN_NAMES:
+    for name in columns:
         v = row[name]
         kind = BENCH_KINDS[name]
         if v is None:
@@ -106,24 +128,25 @@ def bench_canonical(row: _Mapping[str, Any]) -> bytes:
     return "\x1f".join(parts).encode("utf-8", "surrogatepass")
 
 
-def bench_row_digest(row: _Mapping[str, Any]) -> int:
-    return int.from_bytes(_hashlib.blake2b(bench_canonical(row), digest_size=8).digest(), "little")
+def bench_row_digest(row: _Mapping[str, Any], columns: tuple[str, ...] = BENCH_COLUMN_NAMES) -> int:
+    return int.from_bytes(_hashlib.blake2b(bench_canonical(row, columns), digest_size=8).digest(), "little")
 
 
 @dataclass
 class TableChecksum:
-    """Order-independent checksum of a set of rows: count and sum of row digests mod 2**64."""
+    """Order-independent checksum of a set of rows: count and sum of row digests mod 2**64 (of ``columns``)."""
 
     rows: int = 0
     digest_sum: int = 0
+    columns: tuple[str, ...] = BENCH_COLUMN_NAMES
 
     def add(self, row: _Mapping[str, Any]) -> None:
         self.rows += 1
-        self.digest_sum = (self.digest_sum + bench_row_digest(row)) & _M64
+        self.digest_sum = (self.digest_sum + bench_row_digest(row, self.columns)) & _M64
 
     def remove(self, row: _Mapping[str, Any]) -> None:
         self.rows -= 1
-        self.digest_sum = (self.digest_sum - bench_row_digest(row)) & _M64
+        self.digest_sum = (self.digest_sum - bench_row_digest(row, self.columns)) & _M64
 
     def __str__(self) -> str:
         return f"{self.rows} rows / {self.digest_sum:016x}"
@@ -156,14 +179,14 @@ class BenchStats:
 class _BenchTable:
     __slots__ = ("idx", "name", "ver", "live", "pos", "next_key", "checksum")
 
-    def __init__(self, idx: int, name: str) -> None:
+    def __init__(self, idx: int, name: str, columns: tuple[str, ...] = BENCH_COLUMN_NAMES) -> None:
         self.idx = idx
         self.name = name
         self.ver = _array.array("q")  # per key ever used: current version, 0 = absent
         self.live = _array.array("q")  # live keys (unordered)
         self.pos = _array.array("q")  # per key: index in live, -1 = absent
         self.next_key = 0
-        self.checksum = TableChecksum()
+        self.checksum = TableChecksum(columns=columns)
 
 
 class BenchWorkload:
@@ -176,7 +199,12 @@ class BenchWorkload:
       from the ``mix`` (insert, update, delete); ``key_change_fraction`` of updates change the primary key
       (TiCDC sends delete + insert); ``hot_fraction`` of updates hit the table's first ``hot_keys`` keys;
     * rows dispatched to partitions by key; Open Protocol batches up to ``rows_per_message`` rows per message
-      (TiCDC's max-batch-size), Canal-JSON one row per message;
+      (TiCDC's max-batch-size), Canal-JSON and Debezium one row per message;
+    * Simple (JSON): the CREATE TABLEs carry the table schema, rows its version, resolved ts are WATERMARKs, and a
+      table's BOOTSTRAP goes to every partition after each :data:`SIMPLE_BOOTSTRAP_MESSAGES` of its rows;
+    * Debezium: TiCDC's Debezium JSON with the schema envelope, of the columns :data:`DEBEZIUM_BENCH_COLUMN_NAMES`;
+      without ``tidb_extension`` (the default) no watermark is sent at all (an ungated stream, like TiCDC's), with
+      it the resolved ts travel as ``op: "m"`` watermarks and every column schema carries ``tidb_type``;
     * resolved ts broadcast every ``resolved_interval_ms`` of upstream time (TiCDC's cadence is about 1 s);
     * ``replays`` TiCDC restarts spread over the stream: an older resolved ts, then the most recent messages
       of every partition again, sized so that about ``dup_fraction`` of the row changes are duplicates.
@@ -189,9 +217,11 @@ class BenchWorkload:
                  big_txn_rows: int = 0, seed: int = 1, mix: tuple[float, float, float] = (0.5, 0.35, 0.15),
                  hot_keys: int = 64, hot_fraction: float = 0.5, key_change_fraction: float = 0.05,
                  dup_fraction: float = 0.005, replays: int = 8, resolved_interval_ms: int = 1000,
-                 rows_per_message: int = 16, schema: str = BENCH_SCHEMA) -> None:
-        if protocol not in ("open", "canal-json"):
-            raise ValueError(f"protocol must be open or canal-json, not {protocol!r}")
+                 rows_per_message: int = 16, schema: str = BENCH_SCHEMA, tidb_extension: bool = False) -> None:
+        if protocol not in BENCH_PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(BENCH_PROTOCOLS)}, not {protocol!r}")
+        if tidb_extension and protocol != "debezium":
+            raise ValueError("tidb_extension is an option of the debezium stream (canal-json always has it)")
         if tables < 1 or partitions < 1 or events < 0 or big_txn_rows < 0:
             raise ValueError("tables and partitions must be >= 1, events and big_txn_rows >= 0")
         if big_txn_rows > events:
@@ -218,6 +248,12 @@ class BenchWorkload:
         self.rows_per_message = max(1, rows_per_message)
         self.schema = schema
         self.table_names = [f"t{i:02d}" for i in range(tables)]
+        self.tidb_extension = tidb_extension
+        self.columns = DEBEZIUM_BENCH_COLUMN_NAMES if protocol == "debezium" else BENCH_COLUMN_NAMES
+        self._narrow = self.columns != BENCH_COLUMN_NAMES
+        self.event_columns = tuple(c for c in BENCH_COLUMNS if c.name in self.columns)
+        self.column_types = {n: BENCH_TYPES[n] for n in self.columns}  # what TiCDC's schema says
+        self.watermarks = protocol != "debezium" or tidb_extension  # Debezium without the extension: none
         self.stats = BenchStats()
         self.expected: dict[str, TableChecksum] = {}
         self.final_ts = 0
@@ -237,6 +273,20 @@ class BenchWorkload:
         :meth:`messages`; ``expected`` and ``stats`` are filled as with :meth:`messages`."""
         self._plain = True
         return self._stream()
+
+    def final_rows(self, table: str) -> _Iterator[dict[str, Any]]:
+        """The rows of ``table`` when the stream ends (all columns of the bench shape; after :meth:`messages` or
+        :meth:`row_changes` is exhausted), rebuilt from the row versions: for row-by-row verification."""
+        t = self.tables[self.table_names.index(table)]
+        for k in t.live:
+            yield bench_row(t.idx, k, t.ver[k], self.seed)
+
+    def final_row(self, table: str, key: int) -> dict[str, Any] | None:
+        """Row ``key`` of ``table`` when the stream ends, None if it is not there (as :meth:`final_rows`)."""
+        t = self.tables[self.table_names.index(table)]
+        if not 0 <= key < len(t.ver) or not t.ver[key]:
+            return None
+        return bench_row(t.idx, key, t.ver[key], self.seed)
 
     def _stream(self) -> _Iterator[Any]:
         """One pass of the upstream application, shared by both views so they cannot drift apart."""
@@ -264,9 +314,12 @@ class BenchWorkload:
         """State for one pass, then the CREATE TABLEs (broadcast) and a first resolved ts, left in ``self.out``.
         Shared with the live benchmark (``applier.devtools.bench_live``), which drives the transactions itself."""
         from applier.devtools.encoders.canal_json import encode_canal_json
+        from applier.devtools.encoders.debezium import encode_debezium
         from applier.devtools.encoders.open import encode_open, encode_open_batch
+        from applier.devtools.encoders.simple import encode_simple
 
         self._enc_canal, self._enc_open, self._enc_open_batch = encode_canal_json, encode_open, encode_open_batch
+        self._enc_debezium, self._enc_simple = encode_debezium, encode_simple
         self.rng = random.Random(self.seed)
         self.ts_ms = 1_700_000_000_000
         self.last_resolved_ms = self.ts_ms
@@ -277,12 +330,16 @@ class BenchWorkload:
         self.ring_rows = [0] * self.partitions
         self.dup_credit = 0.0
         self.positions = [SourcePosition("", p, 0) for p in range(self.partitions)]
-        self.tables = [_BenchTable(i, n) for i, n in enumerate(self.table_names)]
+        self.tables = [_BenchTable(i, n, self.columns) for i, n in enumerate(self.table_names)]
 
         ts = self._next_ts()
+        # Simple: each table's schema, versioned by its CREATE TABLE's commit ts; rows since the last BOOTSTRAP
+        self.table_schemas = {t.name: TableSchema(self.schema, t.name, ts, self.event_columns) for t in self.tables}
+        self.since_bootstrap = [0] * self.n_tables
         for t in self.tables:
             for p in range(self.partitions):
-                self._emit_single(p, DDL(self.schema, t.name, ts, bench_table_ddl(t.name), self.positions[p], ddl_type=3))
+                self._emit_single(p, DDL(self.schema, t.name, ts, bench_table_ddl(t.name, self.columns),
+                                         self.positions[p], ddl_type=3))
                 self.stats.ddl_messages += 1
         self._resolved()
 
@@ -302,9 +359,10 @@ class BenchWorkload:
     def _resolved(self) -> None:
         self._flush_all()
         ts = tso(self.ts_ms, 0x3FFFF)
-        for p in range(self.partitions):
-            self._emit_single(p, Resolved(ts, self.positions[p]))
-            self.stats.resolved_messages += 1
+        if self.watermarks:
+            for p in range(self.partitions):
+                self._emit_single(p, Resolved(ts, self.positions[p]))
+                self.stats.resolved_messages += 1
         self.prev_resolved_ts = ts
         self.last_resolved_ms = self.ts_ms
 
@@ -321,8 +379,9 @@ class BenchWorkload:
         self.stats.replays += 1
         old = max(0, self.prev_resolved_ts - (self.resolved_interval_ms << 18))
         for p in range(self.partitions):
-            self._emit_single(p, Resolved(old, self.positions[p]), remember=False)
-            self.stats.resolved_messages += 1
+            if self.watermarks:
+                self._emit_single(p, Resolved(old, self.positions[p]), remember=False)
+                self.stats.resolved_messages += 1
             for key, value, nrows in list(self.ring[p]):
                 self._out(p, key, value, nrows, remember=False)
                 self.stats.duplicate_row_events += nrows
@@ -349,13 +408,22 @@ class BenchWorkload:
         self._flush(part)
         if self.protocol == "open":
             k, v = self._enc_open(ev)
+        elif self.protocol == "debezium":
+            k, v = self._enc_debezium(ev, table_columns=self.event_columns, field_types=self.column_types,
+                                      enable_tidb_extension=self.tidb_extension, ts_ms=self.ts_ms)
+        elif self.protocol == "simple":  # a DDL carries its table's schema; a TableSchema becomes a BOOTSTRAP
+            schema = self.table_schemas[ev.table] if isinstance(ev, DDL) else None
+            k, v = self._enc_simple(ev, table_schema=schema, build_ts_ms=self.ts_ms)
         else:
             k, v = self._enc_canal(ev, build_ts_ms=self.ts_ms)
         self._out(part, k, v, 0, remember)
 
     def _emit_row(self, t: _BenchTable, ts: int, op: Op, key: int, before: dict | None, after: dict | None) -> None:
         part = (key * 0x9E3779B1 + t.idx * 0x85EBCA6B) % self.partitions
-        ev = RowChange(self.schema, t.name, ts, op, before, after, BENCH_COLUMNS, self.positions[part])
+        if self._narrow:  # the images hold the stream's columns only
+            before = None if before is None else {c: before[c] for c in self.columns}
+            after = None if after is None else {c: after[c] for c in self.columns}
+        ev = RowChange(self.schema, t.name, ts, op, before, after, self.event_columns, self.positions[part])
         self.stats.row_events += 1
         if self._plain:
             self.out.append(ev)  # type: ignore[arg-type]  # row_changes(): the event itself, not encoded
@@ -364,6 +432,18 @@ class BenchWorkload:
             pend.append(ev)
             if len(pend) >= self.rows_per_message:
                 self._flush(part)
+        elif self.protocol == "debezium":
+            k, v = self._enc_debezium(ev, field_types=self.column_types, enable_tidb_extension=self.tidb_extension,
+                                      ts_ms=ts >> 18)
+            self._out(part, k, v, 1)
+        elif self.protocol == "simple":
+            k, v = self._enc_simple(ev, table_schema=self.table_schemas[t.name], build_ts_ms=ts >> 18)
+            self._out(part, k, v, 1)
+            self.since_bootstrap[t.idx] += 1
+            if self.since_bootstrap[t.idx] >= SIMPLE_BOOTSTRAP_MESSAGES:
+                self.since_bootstrap[t.idx] = 0
+                for p in range(self.partitions):
+                    self._emit_single(p, self.table_schemas[t.name])
         else:
             k, v = self._enc_canal(ev, build_ts_ms=ts >> 18)
             self._out(part, k, v, 1)
