@@ -567,12 +567,13 @@ class Settings(_RedactedRepr):
 
     def decodes_on_executors(self) -> bool:
         """Whether Spark's Python workers decode the records (applier.decode): ``pipeline.decode_on``, where
-        "auto" means yes for protocols whose messages decode alone (all but Simple)."""
+        "auto" means yes for every protocol whose decoder runs there: those whose messages decode alone, and
+        Simple, which decodes there with a snapshot of the driver's schemas (applier.codecs.simple)."""
         if self.pipeline.decode_on == "driver":
             return False
-        from applier.codecs import decodes_alone
+        from applier.codecs import decodes_on_workers
 
-        return decodes_alone(self.source.protocol)
+        return decodes_on_workers(self.source.protocol)
 
     def stops_at_decode_error(self) -> bool:
         """Whether the first message that cannot be decoded stops the run: only when no policy anywhere says
@@ -775,9 +776,9 @@ class _Parser:
         routes = self.parse_routes(data.get("route", []))
         self.check_route_modes(routes, pipeline, source, target)
         if pipeline.decode_on == "executors":
-            from applier.codecs import decodes_alone
+            from applier.codecs import decodes_on_workers
 
-            if not decodes_alone(source.protocol):
+            if not decodes_on_workers(source.protocol):
                 raise self.error(
                     "pipeline.decode_on",
                     f'"executors" is not possible with source.protocol = "{source.protocol}": its messages '

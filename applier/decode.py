@@ -5,9 +5,13 @@ half of its time (docs/benchmarks.md), so no thread layout in the driver could u
 Python workers are separate processes. When the micro-batch's DataFrame is mapped through
 :func:`decode_arrow_batches`, the workers decode batch N+1 while the driver's apply thread writes batch N.
 
-Only decoders whose events for a message depend on nothing but that message (``decodes_alone`` in the codec
-module) may run there: a worker sees one Spark partition of the batch, and a fresh worker process starts with
-empty caches. Protocols that keep a schema across messages (Simple) decode in the driver.
+Decoders whose events for a message depend on nothing but that message (``decodes_alone`` in the codec module)
+run there as they are: a worker sees one Spark partition of the batch, and a fresh worker process starts with
+empty caches. A protocol that keeps a schema across messages and holds rows until it arrives (Simple:
+``decodes_with_schemas``) runs there with a snapshot of the driver's schemas (:func:`with_schemas`): the workers
+decode what that snapshot (or a schema learnt in their own slice, checked by the driver) lets them decode, and
+send everything else back as raw records, in place, for the driver's decoder, which stays the one owner of the
+schema cache and the holds (:func:`decode_chunks`; the reasoning is in :mod:`applier.codecs.simple`).
 
 What comes back from a worker is one *chunk* per slice of messages: the events as a compact columnar block
 (:mod:`applier.blocks`; measured 4.7 us per event to rebuild, chunk unpickling included, against about 14 us
@@ -19,12 +23,13 @@ record, so the driver applies ``pipeline.on_decode_error`` exactly as if it had 
 from __future__ import annotations
 
 import pickle
+from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
 from applier.blocks import BlockCodec
 from applier.clock import clock_limit, untrusted
-from applier.codecs import Decoder, get_decoder
+from applier.codecs import WORKER_CHECK, WORKER_DONE, WORKER_RAW, Decoder, get_decoder
 from applier.events import DDL, DecodeError, Event, KafkaMessage, RowChange
 
 # Spark's schema of what decode_arrow_batches yields: one chunk (bytes) per row.
@@ -32,7 +37,8 @@ CHUNK_SCHEMA = "chunk binary"
 # Messages per chunk. Bounds a worker's memory (an Open Protocol message holds up to 16 row changes) and the
 # size of one binary cell; chunks are concatenated in the driver, so this does not change what is applied.
 CHUNK_MESSAGES = 2048
-_CHUNK_VERSION = 2  # 2: a chunk may carry a fatal error (a decoder's passthrough error, e.g. the registry's)
+_CHUNK_VERSION = 3  # 2: a chunk may carry a fatal error (a decoder's passthrough error, e.g. the registry's);
+# 3: a chunk may leave messages to the driver (decoders with schemas, see encode_worker_chunk)
 
 
 @dataclass
@@ -141,7 +147,7 @@ def _one_table(events: list[Event]) -> tuple[str, str] | None:
 def encode_chunk(d: Decoded) -> bytes:
     codec = BlockCodec()
     core, rest = codec.encode(d.events)  # type: ignore[arg-type]  # Resolved events travel in the block's rest
-    return pickle.dumps((_CHUNK_VERSION, d.messages, codec.shape_table(), core, rest, d.empty, d.errors, None),
+    return pickle.dumps((_CHUNK_VERSION, d.messages, codec.shape_table(), core, rest, d.empty, d.errors, None, None),
                         protocol=5)
 
 
@@ -149,23 +155,231 @@ def fatal_chunk(exc: BaseException) -> bytes:
     """A chunk that makes the driver raise ``exc`` where it rebuilds the chunks: an error the decoder lets pass
     (``passthrough_errors``, e.g. an unreachable schema registry) stops the run there with its own message, as
     when the driver decodes, rather than as a failed Spark task."""
-    return pickle.dumps((_CHUNK_VERSION, 0, [], b"", b"", [], [], exc), protocol=5)
+    return pickle.dumps((_CHUNK_VERSION, 0, [], b"", b"", [], [], exc, None), protocol=5)
 
 
-def decode_chunk(data: bytes, interned: dict[tuple, tuple] | None = None) -> Decoded:
-    """A chunk back to a Decoded. ``interned`` (kept by the caller across chunks) makes equal column tuples
-    of different chunks one object again, as the driver-side decoders keep them."""
+@dataclass
+class Leftovers:
+    """What a worker left to the driver in one chunk of a decoder that decodes with schemas (see
+    :func:`encode_worker_chunk`). The chunk's events are those of its other messages, one per message, in order."""
+
+    origin: str  # the driver decoder whose schema snapshot the worker had ("" for none)
+    at: list[int]  # index in the chunk of each message below, ascending
+    kinds: bytes  # per message: WORKER_RAW, or WORKER_CHECK (its event is in the block too)
+    raw: list[KafkaMessage]  # per message: the record, for the driver to decode
+    uses: list[int]  # per WORKER_CHECK message: its schema, an index into ``learnt``
+    learnt: list[tuple[tuple, tuple]]  # (schema key, Column tuple) the worker learnt and used
+    sizes: bytes  # array('q'): per event, its record's key + value bytes
+
+
+def encode_worker_chunk(decoder: Any, msgs: Iterable[KafkaMessage], limit: int) -> bytes:
+    """A worker's chunk for a decoder that decodes with schemas (``decode_in_worker``): the messages it decoded as
+    events (one each, with a ts trusted under ``limit``), the others as raw records in their place."""
+    events: list[Event] = []
+    sizes = array("q")
+    at: list[int] = []
+    kinds = bytearray()
+    raw: list[KafkaMessage] = []
+    uses: list[int] = []
+    learnt: dict[tuple, int] = {}
+    learnt_cols: list[tuple[tuple, tuple]] = []
+    decode = decoder.decode_in_worker
+    n = 0
+    for i, msg in enumerate(msgs):
+        n += 1
+        kind, ev, key, cols = decode(msg)
+        if kind != WORKER_RAW and untrusted((ev,), limit) is not None:
+            kind = WORKER_RAW  # the driver refuses it with its own clock (and keeps the record's bytes)
+        if kind == WORKER_DONE:
+            events.append(ev)
+            sizes.append(len(msg.value or b"") + len(msg.key or b""))
+            continue
+        at.append(i)
+        raw.append(msg)
+        if kind == WORKER_CHECK:
+            ident = (key, cols)
+            u = learnt.get(ident)  # type: ignore[arg-type]
+            if u is None:
+                u = learnt[ident] = len(learnt_cols)  # type: ignore[index]
+                learnt_cols.append(ident)
+            uses.append(u)
+            events.append(ev)
+            sizes.append(len(msg.value or b"") + len(msg.key or b""))
+        kinds.append(kind)
+    codec = BlockCodec()
+    core, rest = codec.encode(events)  # type: ignore[arg-type]
+    left = Leftovers(decoder.seeded_origin, at, bytes(kinds), raw, uses, learnt_cols, sizes.tobytes())
+    return pickle.dumps((_CHUNK_VERSION, n, codec.shape_table(), core, rest, [], [], None, left), protocol=5)
+
+
+def _load_chunk(data: bytes, interned: dict[tuple, tuple] | None) -> tuple[Decoded, Leftovers | None]:
     version, *fields = pickle.loads(data)
     if version != _CHUNK_VERSION:
         raise ValueError(f"decoded chunk of format {version}, this applier reads {_CHUNK_VERSION}: the Spark "
                          "workers run another version of the applier than the driver; install the same one")
-    messages, shapes, core, rest, empty, errors, fatal = fields
+    messages, shapes, core, rest, empty, errors, fatal, left = fields
     if fatal is not None:
         raise fatal
     if interned is not None:
         shapes = [(s, t, op, interned.setdefault(cols, cols), *more) for s, t, op, cols, *more in shapes]
     events = BlockCodec.from_shape_table(shapes).decode(core, rest) if shapes or rest else []
-    return Decoded(messages, events, empty, errors)
+    return Decoded(messages, events, empty, errors), left
+
+
+def decode_chunk(data: bytes, interned: dict[tuple, tuple] | None = None) -> Decoded:
+    """A chunk back to a Decoded. ``interned`` (kept by the caller across chunks) makes equal column tuples
+    of different chunks one object again, as the driver-side decoders keep them. A chunk that left messages to
+    the driver's decoder is refused: :func:`decode_chunks` rebuilds those."""
+    d, left = _load_chunk(data, interned)
+    if left is not None:
+        raise ValueError("this chunk left messages to the driver's decoder: rebuild it with decode_chunks()")
+    return d
+
+
+def decode_chunks(chunks: Iterable[bytes], interned: dict[tuple, tuple] | None = None, decoder: Any = None, *,
+                  stop_at_error: bool = False, max_skew_ms: int | None = None, guard: Any = None) -> Decoded:
+    """A micro-batch's chunks, in order, back to one Decoded.
+
+    Chunks of a decoder that decodes alone are taken as they are. The chunks of one that decodes with schemas
+    (Simple) are walked message by message in Kafka order with the driver's ``decoder``: the records the workers
+    left are decoded here (:meth:`decode`, which holds, releases and raises as ever; with ``stop_at_error`` the
+    first DecodeError is raised, as :func:`decode_messages` does), the workers' events pass through
+    :meth:`accept` (a worker event of a schema it learnt itself only when :meth:`confirms` says the driver has the
+    same schema now, else the record is decoded here), and every event's ts is checked against this host's clock.
+    The result is what ``decode_messages(decoder, <the batch's records>)`` gives.
+
+    ``guard`` (:class:`applier.crashguard.DriverDecodeGuard`) covers the records decoded here as it covers a
+    driver-decoded batch: its marker is armed with them while they are decoded, and records known to kill the
+    decoder are not decoded but become errors (put first, as the guard does)."""
+    loaded = [_load_chunk(c, interned) for c in chunks]
+    out = Decoded()
+    if all(left is None for _, left in loaded):
+        for d, _ in loaded:
+            out.extend(d)
+        return out
+    if decoder is None or not getattr(decoder, "decodes_with_schemas", False):
+        raise ValueError("these chunks left messages to the driver's decoder, and none was given")
+    raw = [m for _, left in loaded if left is not None for m in left.raw]
+    poison = getattr(guard, "poison", None) or {}
+    poisoned: list[tuple[KafkaMessage, DecodeError]] = []
+    marker = getattr(guard, "marker", None)
+    if marker is not None and raw:
+        marker.arm(raw)
+    try:
+        walk = _Walk(decoder, out, clock_limit(max_skew_ms), stop_at_error, poison, poisoned,
+                     getattr(guard, "protocol", getattr(decoder, "name", "")))
+        for d, left in loaded:
+            if left is None:
+                out.extend(d)
+                if stop_at_error and d.errors:  # (a record that killed a worker): it stops the run here
+                    break
+            else:
+                walk.chunk(d, left)
+    finally:
+        if marker is not None and raw:
+            marker.disarm()
+    if poisoned:
+        out.errors[0:0] = poisoned
+    return out
+
+
+class _Walk:
+    """The driver's pass over worker chunks (decode_chunks): what decode_messages does per record, with the
+    workers' events standing in for the decode() of the records they decoded."""
+
+    def __init__(self, decoder: Any, out: Decoded, limit: int, stop_at_error: bool, poison: dict,
+                 poisoned: list, protocol: str) -> None:
+        self.decoder = decoder
+        self.out = out
+        self.limit = limit
+        self.stop_at_error = stop_at_error
+        self.poison = poison
+        self.poisoned = poisoned
+        self.protocol = protocol
+
+    def chunk(self, d: Decoded, left: Leftovers) -> None:
+        decoder = self.decoder
+        if left.origin and left.origin != decoder.origin:
+            raise RuntimeError("a worker decoded with the schema snapshot of another decoder than this one")
+        self.out.messages += d.messages
+        events = d.events
+        sizes = array("q")
+        sizes.frombytes(left.sizes)
+        confirmed: dict[int, bool] = {}
+        j = 0  # next worker event
+        prev = 0  # next message index
+        c = 0  # next WORKER_CHECK message
+        for k, i in enumerate(left.at):
+            if i > prev:  # the worker's events of messages prev..i-1
+                self.done(events, sizes, j, j + i - prev)
+                j += i - prev
+            prev = i + 1
+            msg = left.raw[k]
+            if left.kinds[k] == WORKER_CHECK:
+                u = left.uses[c]
+                c += 1
+                ok = confirmed.get(u)
+                if not ok:
+                    ok = confirmed[u] = decoder.confirms(*left.learnt[u])  # once true, true for good
+                j += 1
+                if ok:
+                    self.done(events, sizes, j - 1, j)
+                    continue
+            self.decode(msg)
+        if d.messages > prev:
+            self.done(events, sizes, j, j + d.messages - prev)
+
+    def done(self, events: list, sizes: Any, lo: int, hi: int) -> None:
+        """The worker's events ``lo..hi-1``, one per message."""
+        decoder = self.decoder
+        run = events[lo:hi]
+        if decoder.idle() and untrusted(run, self.limit) is None:
+            self.out.events.extend(run)  # what decode() of each would return, and every ts trusted
+            return
+        for n, ev in enumerate(run):
+            pos = ev.position
+            stub = KafkaMessage(pos.topic, pos.partition, pos.offset, None, None)
+            try:
+                evs = decoder.accept(pos, [ev])
+            except DecodeError as exc:
+                exc = with_protocol_hint(exc, decoder, stub)
+                if self.stop_at_error:
+                    raise exc
+                self.out.errors.append((exc.held_message or stub, exc))
+                continue
+            self.take(stub, evs, sizes[lo + n])
+
+    def decode(self, msg: KafkaMessage) -> None:
+        if self.poison:
+            reason = self.poison.get((msg.topic, msg.partition, msg.offset))
+            if reason is not None:
+                self.poisoned.append((msg, DecodeError(msg.position, reason, protocol=self.protocol)))
+                return
+        try:
+            evs = self.decoder.decode(msg)
+        except DecodeError as exc:
+            exc = with_protocol_hint(exc, self.decoder, msg)
+            if self.stop_at_error:
+                raise exc
+            self.out.errors.append((exc.held_message or msg, exc))
+            return
+        self.take(msg, evs, len(msg.value or b"") + len(msg.key or b""))
+
+    def take(self, msg: KafkaMessage, evs: list, nbytes: int) -> None:
+        """decode_messages' handling of one record's events (``nbytes``: the record's key + value bytes)."""
+        out = self.out
+        if evs:
+            bad = untrusted(evs, self.limit)
+            if bad is not None:
+                evs = _refuse_untrusted(self.decoder, msg, evs, bad, self.limit, out, self.stop_at_error)
+        if not evs:
+            out.empty.append((msg.topic, msg.partition, msg.offset))
+            return
+        size = nbytes // len(evs)
+        for ev in evs:
+            if type(ev) is RowChange or type(ev) is DDL:
+                ev.size = size
+        out.events.extend(evs)
 
 
 # ---- the function Spark's Python workers run (DataFrame.mapInArrow) -----------------------------------------
@@ -178,6 +392,42 @@ class WorkerSpec:
     options: tuple[tuple[str, Any], ...]
     stop_at_error: bool
     max_skew_ms: int | None = None  # [source] max_clock_skew (applier.clock); None: only the 63-bit check
+    # a decoder that decodes with schemas: the driver decoder's schema snapshot for this micro-batch
+    # (:func:`with_schemas`); not part of the worker decoder's identity (it is seeded with it per batch)
+    schemas: Any = field(default=None, repr=False, compare=False)
+
+
+def with_schemas(spec: WorkerSpec, decoder: Any) -> WorkerSpec:
+    """``spec`` for one micro-batch: with the schema snapshot of the driver's ``decoder`` when it decodes with
+    schemas (Simple), else ``spec`` itself. Called on the thread that maps the batch, while the apply thread may
+    be decoding with ``decoder`` (``schema_snapshot`` allows that)."""
+    if not getattr(decoder, "decodes_with_schemas", False):
+        return spec
+    return replace(spec, schemas=decoder.schema_snapshot())
+
+
+_shared: dict[str, Any] = {}  # origin -> the Spark broadcast of its latest snapshot (see shared_schemas)
+
+
+def shared_schemas(spec: WorkerSpec, spark_context: Any) -> WorkerSpec:
+    """``spec`` with its schema snapshot's bytes in a Spark broadcast variable, made once per snapshot version:
+    the executors then fetch a version once instead of receiving it with every task of every batch. The broadcast
+    of the version before is destroyed (the batches that used it have been read: one thread maps them in turn)."""
+    snap = spec.schemas
+    if snap is None or snap.data is None:
+        return spec
+    have = _shared.get(snap.origin)
+    if have is None or have[0] != snap.version:
+        bc = spark_context.broadcast(snap.data)
+        if have is not None:
+            try:
+                have[1].destroy(blocking=False)
+            except Exception:  # noqa: BLE001 - freeing it is best effort
+                pass
+        if len(_shared) > 8:  # runs of earlier pipelines in this process
+            _shared.clear()
+        have = _shared[snap.origin] = (snap.version, bc)
+    return replace(spec, schemas=replace(snap, data=None, shared=have[1]))
 
 
 _worker_decoders: dict[str, Decoder] = {}  # per worker process (repr of its spec): warm caches across tasks
@@ -192,6 +442,22 @@ def worker_decoder(spec: WorkerSpec) -> Decoder:
     return decoder
 
 
+def _worker_mode(decoder: Any, spec: WorkerSpec) -> bool:
+    """Whether ``decoder`` decodes here with schemas (then seeded with the spec's snapshot, or none)."""
+    if not getattr(decoder, "decodes_with_schemas", False):
+        return False
+    decoder.seed(spec.schemas)
+    return True
+
+
+def decode_slice(decoder: Decoder, spec: WorkerSpec, msgs: Iterable[KafkaMessage], with_schemas: bool) -> bytes:
+    """One chunk of a worker (or of a child of :func:`decode_isolated`). Raises what decode_messages raises."""
+    if with_schemas:
+        return encode_worker_chunk(decoder, msgs, clock_limit(spec.max_skew_ms))
+    return encode_chunk(decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error,
+                                        max_skew_ms=spec.max_skew_ms))
+
+
 def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[Any]:
     """``mapInArrow`` body: record batches of (topic, partition, offset, key, value) -> batches of chunks.
 
@@ -199,6 +465,7 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
     import pyarrow as pa
 
     decoder = worker_decoder(spec)
+    schemas = _worker_mode(decoder, spec)
     passthrough = tuple(getattr(decoder, "passthrough_errors", ()))
     for rb in batches:
         for lo in range(0, rb.num_rows, CHUNK_MESSAGES):
@@ -206,8 +473,7 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
             msgs = map(KafkaMessage, *(part.column(i).to_pylist() for i in range(5)))
             fatal = False
             try:
-                chunk = encode_chunk(decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error,
-                                                     max_skew_ms=spec.max_skew_ms))
+                chunk = decode_slice(decoder, spec, msgs, schemas)
             except DecodeError as exc:
                 chunk = encode_chunk(Decoded(errors=[(_bad_record(part, exc), exc)]))
             except passthrough as exc:
@@ -366,9 +632,9 @@ def _child_main() -> None:
     spec, msgs = pickle.loads(sys.stdin.buffer.read())
     decoder = get_decoder(spec.protocol, **dict(spec.options))
     try:
-        d = decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error, max_skew_ms=spec.max_skew_ms)
+        chunk = decode_slice(decoder, spec, msgs, _worker_mode(decoder, spec))
     except DecodeError as exc:
         bad = next(m for m in msgs if m.partition == exc.position.partition and m.offset == exc.position.offset)
-        d = Decoded(errors=[(bad, exc)])
-    sys.stdout.buffer.write(encode_chunk(d))
+        chunk = encode_chunk(Decoded(errors=[(bad, exc)]))
+    sys.stdout.buffer.write(chunk)
     sys.stdout.flush()

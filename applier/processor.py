@@ -18,7 +18,7 @@ from applier.apply import Applier, ApplyStats
 from applier.clock import UNTRUSTED
 from applier.codecs import Decoder, HoldsMessages, plausible_table, table_of
 from applier.crashguard import DriverDecodeGuard
-from applier.decode import KILLED, Decoded, decode_chunk, decode_messages
+from applier.decode import KILLED, Decoded, decode_chunks, decode_messages
 from applier.dialect import Dialect, dialect_for
 from applier.events import DDL, DecodeError, KafkaMessage, RowChange
 from applier.gate import Gate
@@ -88,7 +88,7 @@ class BatchProcessor:
         self.totals = BatchReport()
         self._routed: dict[tuple[str, str], bool] = {}
         self._unroutable: dict[tuple[str, str], RoutingError] = {}  # tables no route can name (see _route_events)
-        self._interned: dict[tuple, tuple] = {}  # column tuples of worker-decoded events (see decode_chunk)
+        self._interned: dict[tuple, tuple] = {}  # column tuples of worker-decoded events (see decode_chunks)
 
     def process(self, messages: Iterable[KafkaMessage]) -> BatchReport:
         """One micro-batch of raw records, decoded here (in the calling thread)."""
@@ -106,15 +106,17 @@ class BatchProcessor:
         return self.process_decoded(decoded, time.perf_counter() - t0)
 
     def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
-        """One micro-batch decoded by Spark's Python workers (:func:`applier.decode.decode_arrow_batches`)."""
+        """One micro-batch decoded by Spark's Python workers (:func:`applier.decode.decode_arrow_batches`). What
+        they left to the driver (Simple: rows of schemas they did not have, BOOTSTRAP and DDL messages) is decoded
+        here with this processor's decoder, in Kafka order and under the crash guard
+        (:func:`applier.decode.decode_chunks`)."""
         with self.timer.span("process"):
             return self._process_chunks(chunks)
 
     def _process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
         t0 = time.perf_counter()
-        decoded = Decoded()
-        for chunk in chunks:
-            decoded.extend(decode_chunk(chunk, self._interned))
+        decoded = decode_chunks(chunks, self._interned, self.decoder, stop_at_error=self.stop_at_error,
+                                max_skew_ms=self.max_skew_ms, guard=self.guard)
         return self.process_decoded(decoded, time.perf_counter() - t0)
 
     def process_decoded(self, decoded: Decoded, decode_seconds: float = 0.0) -> BatchReport:

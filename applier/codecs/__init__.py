@@ -14,8 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from applier.events import Event, KafkaMessage
 
-__all__ = ["Decoder", "HoldsMessages", "NamesTables", "batch_hint", "decodes_alone", "get_decoder", "plausible_table",
-           "protocols", "table_of"]
+__all__ = ["Decoder", "HoldsMessages", "NamesTables", "batch_hint", "decodes_alone", "decodes_on_workers",
+           "decodes_with_schemas", "get_decoder", "plausible_table", "protocols", "table_of"]
+
+# What a decoder that decodes "with schemas" (below) says a Spark worker did with one message
+# (``decode_in_worker``; applier.decode carries it to the driver):
+WORKER_DONE = 0  # decoded with a schema the driver handed out: the event is final
+WORKER_RAW = 1  # not decoded: the driver decodes the message itself
+WORKER_CHECK = 2  # decoded with a schema the worker learnt itself: final only if the driver has the same schema
 
 # Kafka messages per micro-batch when [pipeline] max_offsets_per_trigger is not set. A decoder class may say
 # otherwise with a class attribute ``max_offsets_per_trigger`` (Open Protocol batches up to 16 row changes per
@@ -109,9 +115,23 @@ def protocols() -> list[str]:
 def decodes_alone(protocol: str) -> bool:
     """Whether a message of ``protocol`` decodes without anything learnt from earlier messages (no schema
     cache, no held messages), so Spark's Python workers may decode it (see applier.decode). Decoders say so
-    with a class attribute ``decodes_alone = True``; Simple (held rows, schemas from BOOTSTRAP) decodes in the driver."""
+    with a class attribute ``decodes_alone = True``; Simple (held rows, schemas from BOOTSTRAP) does not."""
     cls = _decoder_class(protocol)
     return cls is not None and bool(getattr(cls, "decodes_alone", False))
+
+
+def decodes_with_schemas(protocol: str) -> bool:
+    """Whether Spark's Python workers decode ``protocol``'s messages given a snapshot of what the driver's decoder
+    learnt from earlier messages, leaving the rest to the driver (class attribute ``decodes_with_schemas =
+    True``: Simple; its module docstring says how): ``schema_snapshot()``/``idle()``/``accept()``/``confirms()``
+    in the driver, ``seed()``/``decode_in_worker()`` in the workers."""
+    cls = _decoder_class(protocol)
+    return cls is not None and bool(getattr(cls, "decodes_with_schemas", False))
+
+
+def decodes_on_workers(protocol: str) -> bool:
+    """Whether Spark's Python workers may decode ``protocol`` (alone, or with the driver's schemas)."""
+    return decodes_alone(protocol) or decodes_with_schemas(protocol)
 
 
 def batch_hint(protocol: str) -> int:

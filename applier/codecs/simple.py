@@ -75,6 +75,45 @@ asks :meth:`SimpleDecoder.held_offsets` and :meth:`SimpleDecoder.held_min_commit
 offsets past, nor applies at or above, anything held. ``max_held_messages_per_table`` bounds the hold; beyond
 it decode() raises DecodeError (enable bootstrap messages, or start the changefeed before the table existed).
 
+Decoding in Spark's Python workers (``decodes_with_schemas``; :mod:`applier.decode`): a DML message needs its
+table's schema, learnt from an earlier BOOTSTRAP or DDL message that may sit in an earlier micro-batch or in another
+partition, and rows wait for it in the driver's hold. A worker sees one slice of one partition of one micro-batch,
+so it cannot hold anything. The split that keeps every decision where it is today and moves the per-row work off
+the driver:
+
+* The driver's decoder stays the one authority of the schema cache and the holds. Before a micro-batch is mapped
+  it hands the workers a :class:`SchemaSnapshot` of its cache (:meth:`SimpleDecoder.schema_snapshot`: the table
+  schemas as their Column tuples, pickled and compressed, at most ``SNAPSHOT_MAX_BYTES``, the newest version of
+  every table first; rebuilt only when the cache has changed, counted by a version number; in Spark it travels as
+  a broadcast variable that is sent again only when that version changes).
+* A worker (:meth:`SimpleDecoder.decode_in_worker`) decodes a WATERMARK, and a DML whose (database, table,
+  schemaVersion) the snapshot has, into the event the driver would make: parsing, value conversion, claim-check
+  and upstream completion and checksum verification all run there. The driver's cache never forgets or replaces
+  an entry (the first copy of a version wins), so an entry of the snapshot is still the driver's own when it
+  reaches the message, and the event is final. A worker also learns the schemas of the BOOTSTRAP and DDL messages
+  of its slice (and of earlier tasks of its process) and decodes later rows with them, but such an event is only
+  provisional: the chunk carries the message's bytes and the Column tuple it used, and the driver takes the event
+  only if its own cache has that version with equal columns when it reaches the message (equal columns make equal
+  converters), else decodes the bytes itself. This matters most at a run's start, when the driver knows nothing
+  yet (and the next batch is mapped before the first one is applied).
+* Everything else comes back as raw bytes, in place: BOOTSTRAP and DDL messages (rare, and they release held rows
+  and reorder them around the DDL), rows whose schema the worker does not know, and any message a worker could not
+  decode or whose ts it does not trust. Errors are thus always made by the driver, with today's positions,
+  ``held_message`` and protocol hints.
+* The driver walks each micro-batch in Kafka order (:func:`applier.decode.decode_chunks`): it decodes the raw
+  messages with :meth:`SimpleDecoder.decode` (holding, releasing, erroring exactly as when it decodes alone, under
+  its crash guard) and passes each worker event through :meth:`SimpleDecoder.accept`, which adds what a
+  ``decode()`` call at that message would have added besides the message's own events (rows decoded before a
+  held message failed, held rows left to release). So the events, their order, the empty offsets, the errors and
+  ``held_offsets()``/``held_min_commit_ts()`` after every batch are the driver-only decode's
+  (tests/unit/test_decode_simple_workers.py checks it on random streams, batch cuts and worker slices).
+
+Why not ship the schema-bearing messages' schemas back as events for the driver to learn (or hold rows in the
+workers)? The driver would then have to re-create, from events, the holding, releasing and the DDL's reordering of
+released rows that ``decode()`` already does for the raw message, and any difference would change what is applied;
+BOOTSTRAP and DDL messages are a tiny share of a stream, so decoding them again in the driver costs nothing
+measurable.
+
 Large messages (:mod:`applier.codecs.largemsg`, layouts in docs/large-messages.md): with
 ``large_message_handle_compression`` ("snappy"/"lz4") every value is decompressed first (JSON and Avro alike). A
 claim-check DML (``claimCheckLocation``, sent with ``handleKeyOnly`` true and only the handle-key columns) is
@@ -111,7 +150,11 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import re
+import uuid
+import zlib
+from dataclasses import dataclass
 from decimal import Decimal
 from importlib import resources
 from typing import Any, Callable, NamedTuple
@@ -119,6 +162,7 @@ from typing import Any, Callable, NamedTuple
 import orjson
 
 from applier import mysql_values as T
+from applier.codecs import WORKER_CHECK, WORKER_DONE, WORKER_RAW
 from applier.codecs import checksum as CK
 from applier.codecs.base import Malformed
 from applier.codecs.largemsg import LargeMessages, UpstreamRow
@@ -134,6 +178,7 @@ from applier.events import (
 )
 
 __all__ = [
+    "SchemaSnapshot",
     "SimpleDecoder",
     "avro_schema",
     "legacy_avro_schema",
@@ -170,6 +215,12 @@ _AVRO_LEGACY_TAG = 0x12  # branch 9 (tiflow examples/java schema.avsc, pre-relea
 _U64 = 2**64
 _MASK64 = _U64 - 1
 _DEFAULT_MAX_HELD = 100_000
+# A schema snapshot for the workers carries at most this many bytes (pickled, compressed; a table of 20 columns
+# takes about 0.3 KiB): beyond it the oldest versions stay behind, and their rows are decoded in the driver.
+SNAPSHOT_MAX_BYTES = 1 << 20
+# Schemas a worker process keeps from BOOTSTRAP/DDL messages it decoded (provisional: the driver checks each use).
+_MAX_LEARNT = 4096
+_RAW = (WORKER_RAW, None, None, None)
 
 _INT_RANGES = {
     "tinyint": ((-(2**7), 2**7 - 1), (0, 2**8 - 1)),
@@ -285,6 +336,54 @@ class _Entry:
         if a is not None and len(a) == n and (b is None or len(b) == n):
             return self.columns  # every column present (the names were checked by the converters)
         return tuple(c for c in self.columns if (a is not None and c.name in a) or (b is not None and c.name in b))
+
+
+def _entry_from_columns(schema: str, table: str, version: int, table_id: int, columns: tuple[Column, ...]) -> _Entry:
+    """An entry rebuilt from its Columns (a worker's, from a :class:`SchemaSnapshot`): a column's converter depends
+    only on its ``type_name``, ``unsigned`` and ``binary``, exactly as :func:`_parse_table_schema` builds it."""
+    return _Entry(schema, table, version, table_id, columns,
+                  {c.name: _converter(c.type_name, c.unsigned, c.binary) for c in columns})
+
+
+@dataclass(frozen=True)
+class SchemaSnapshot:
+    """The table schemas a driver's decoder knows, for Spark's Python workers (see the module docstring).
+
+    ``origin`` names the driver decoder (a worker keeps what it built per origin and version), ``version`` counts
+    the cache's changes, ``data`` is the compressed pickle of ``(schema, table, version, table_id, columns)``
+    tuples. In Spark the bytes travel as a broadcast variable (``shared``, whose value is ``data``; then ``data``
+    is None): sent to each executor once per version rather than with every task."""
+
+    origin: str
+    version: int
+    tables: int  # entries carried
+    data: bytes | None
+    shared: Any = None
+
+    def payload(self) -> bytes:
+        return self.data if self.data is not None else self.shared.value
+
+    def entries(self) -> list[tuple[str, str, int, int, tuple[Column, ...]]]:
+        return pickle.loads(zlib.decompress(self.payload()))
+
+
+def _snapshot_bytes(entries: list[_Entry], limit: int) -> tuple[bytes, int]:
+    """The compressed pickle of as many ``entries`` as fit ``limit`` bytes, the newest version of each table first
+    (then older versions, newest first), and how many that is."""
+    latest: dict[tuple[str, str], int] = {}
+    for e in entries:
+        k = (e.schema, e.table)
+        if e.version > latest.get(k, -1):
+            latest[k] = e.version
+    order = sorted(entries, key=lambda e: (e.version != latest[(e.schema, e.table)], -e.version,
+                                           e.schema, e.table))
+    items = [(e.schema, e.table, e.version, e.table_id, e.columns) for e in order]
+    n = len(items)
+    while True:
+        data = zlib.compress(pickle.dumps(items[:n], protocol=5), 1)
+        if len(data) <= limit or n == 0:
+            return data, n
+        n = min(n - 1, max(1, n * limit // len(data)))
 
 
 def _get(obj: dict, key: str, kinds: tuple[type, ...], what: str, default: Any = ...) -> Any:
@@ -686,6 +785,12 @@ class SimpleDecoder:
         self._pending: set[tuple[str, str]] = set()  # tables with held messages whose schema is known
         self._ready: list = []  # events decoded by a call that then raised for a held message
         self._hold_summary: tuple[dict[tuple[str, int], int], int | None] | None = ({}, None)
+        self._schema_version = 0  # counts the entries put into _cache (schema_snapshot)
+        self.origin = uuid.uuid4().hex  # names this decoder in its snapshots (a worker keeps entries per origin)
+        self._snapshot: SchemaSnapshot | None = None
+        # worker side (decode_in_worker): the snapshot _cache was seeded from, and schemas learnt here
+        self._seeded: tuple[str, int] | None = None
+        self._learnt: dict[tuple[str, str, int], _Entry] = {}
 
     # -- the Decoder protocol -------------------------------------------------------------------------------
 
@@ -703,12 +808,20 @@ class SimpleDecoder:
 
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record (plus any held rows it releases). Raises only DecodeError."""
+        return self._call(msg.position, msg, None)
+
+    def _call(self, where: Any, msg: KafkaMessage | None, decoded: list | None) -> list:
+        """One decode() call at the message at ``where``: the message's own events are decoded from ``msg``, or,
+        for a message a Spark worker decoded, are ``decoded`` (see :meth:`accept`)."""
         out = self._ready
         self._ready = []
         if out:
             self._hold_summary = None
         try:
-            self._decode(msg, out)
+            if decoded is None:
+                self._decode(msg, out)  # type: ignore[arg-type]
+            else:
+                out.extend(decoded)
             if self._pending:  # held rows left behind when a held message failed in an earlier call
                 pending, self._pending = self._pending, set()
                 for key in sorted(pending):
@@ -718,7 +831,6 @@ class SimpleDecoder:
             self._ready = out
             self._hold_summary = None
             h = e.held
-            where = msg.position
             err = DecodeError(
                 h.msg.position,
                 f"held row message (waiting for the schema of its table) cannot be decoded now that the "
@@ -734,12 +846,146 @@ class SimpleDecoder:
         except _Bad as e:
             self._ready = out
             self._hold_summary = None
-            raise DecodeError(msg.position, str(e), protocol=PROTOCOL) from None
+            raise DecodeError(where, str(e), protocol=PROTOCOL) from None
         except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
             self._ready = out
             self._hold_summary = None
-            raise DecodeError(msg.position, f"unexpected {type(e).__name__} while decoding: {e}",
+            raise DecodeError(where, f"unexpected {type(e).__name__} while decoding: {e}",
                               protocol=PROTOCOL) from e
+
+    # -- decoding in Spark's Python workers (module docstring; applier.decode) -------------------------------
+
+    decodes_with_schemas = True  # workers decode given the driver's schema snapshot (applier.codecs)
+
+    def idle(self) -> bool:
+        """Driver side: whether a decode() call now would add nothing besides its message's own events (no rows
+        left from a call that raised, no held rows left to release), so a worker's events pass as they are."""
+        return not self._ready and not self._pending
+
+    def accept(self, where: Any, events: list) -> list:
+        """Driver side: what decode() of the message at ``where`` returns, given ``events``, the message's own
+        events as a worker decoded them with a schema this decoder has (:meth:`confirms`). Raises DecodeError as
+        decode() would (a held row that fails when released here)."""
+        if not self._ready and not self._pending:
+            return events
+        return self._call(where, None, events)
+
+    def confirms(self, key: tuple[str, str, int], columns: tuple[Column, ...]) -> bool:
+        """Driver side: whether this decoder has the schema ``key`` with exactly ``columns`` now, so that a row a
+        worker decoded with a schema it learnt itself is the row this decoder would decode."""
+        entry = self._cache.get(key)
+        return entry is not None and (entry.columns is columns or entry.columns == columns)
+
+    def schema_snapshot(self, limit: int | None = None) -> SchemaSnapshot:
+        """Driver side: the table schemas this decoder knows, for the workers (at most ``limit`` bytes, default
+        ``SNAPSHOT_MAX_BYTES``). Rebuilt only when the cache changed since the last call. Safe to call from another
+        thread while this one decodes: copying the cache's values is one step under the GIL, and an entry, once in
+        the cache, never changes, so the copy holds the driver's entries whatever the version number says."""
+        version = self._schema_version
+        snap = self._snapshot
+        if snap is not None and snap.version == version and limit is None:
+            return snap
+        for _ in range(10):
+            try:
+                entries = list(self._cache.values())
+                break
+            except RuntimeError:  # pragma: no cover - the dict changed size while copied (free-threaded builds)
+                continue
+        else:  # pragma: no cover
+            entries = []
+        data, n = _snapshot_bytes(entries, SNAPSHOT_MAX_BYTES if limit is None else limit)
+        snap = SchemaSnapshot(self.origin, version, n, data)
+        if limit is None:
+            self._snapshot = snap
+        return snap
+
+    def seed(self, snapshot: SchemaSnapshot | None) -> None:
+        """Worker side: decode with ``snapshot``'s schemas as final ones (None: with none). Entries this process
+        had (earlier snapshots, schemas learnt from its own BOOTSTRAP/DDL messages) stay usable as provisional
+        ones. Rebuilds nothing when the snapshot is the one it has."""
+        seeded = None if snapshot is None else (snapshot.origin, snapshot.version)
+        if seeded == self._seeded and (seeded is not None or not self._cache):
+            return
+        old = self._cache
+        cache: dict[tuple[str, str, int], _Entry] = {}
+        for schema, table, version, table_id, columns in (snapshot.entries() if snapshot is not None else ()):
+            key = (schema, table, version)
+            have = old.get(key) or self._learnt.get(key)
+            cache[key] = have if have is not None and have.columns == columns else _entry_from_columns(
+                schema, table, version, table_id, columns)
+        learnt = self._learnt
+        for key, e in old.items():
+            if key not in cache:
+                learnt.setdefault(key, e)
+        for key in cache:
+            learnt.pop(key, None)
+        if len(learnt) > _MAX_LEARNT:
+            learnt.clear()
+        self._cache = cache
+        self._seeded = seeded
+
+    @property
+    def seeded_origin(self) -> str:
+        """Worker side: the origin of the snapshot this decoder was seeded with ("" for none)."""
+        return self._seeded[0] if self._seeded is not None else ""
+
+    def decode_in_worker(self, msg: KafkaMessage) -> tuple[int, Any, Any, Any]:
+        """Worker side: ``(WORKER_DONE, event, None, None)`` for a WATERMARK, or a DML decoded with a schema of the
+        snapshot; ``(WORKER_CHECK, event, key, columns)`` for a DML decoded with a schema this worker learnt itself
+        (the driver checks it has the same); ``(WORKER_RAW, None, None, None)`` for anything the driver must decode
+        itself (BOOTSTRAP and DDL, whose schemas this worker learns on the way; a row of a schema it does not know;
+        anything it cannot decode). Never raises for the message's content."""
+        try:
+            m = self._parse(msg)
+            kind = m.kind
+            if kind == MSG_DML:
+                d = self._dml_fields(m)
+                key = (d.schema, d.table, d.version)
+                entry = self._cache.get(key)
+                verdict = WORKER_DONE
+                if entry is None:
+                    entry = self._learnt.get(key)
+                    if entry is None:
+                        return _RAW
+                    verdict = WORKER_CHECK
+                d = self._complete(m, d, entry)
+                ev = self._row(entry, m.commit_ts, d.op, d.data, d.old, msg, d.cs)
+                ev.size = len(msg.value or b"") + len(msg.key or b"")
+                if verdict == WORKER_DONE:
+                    return WORKER_DONE, ev, None, None
+                return WORKER_CHECK, ev, key, entry.columns
+            if kind == MSG_WATERMARK:
+                return WORKER_DONE, Resolved(ts=m.commit_ts, position=msg.position), None, None
+            if kind == MSG_BOOTSTRAP:
+                raw = m.body.get("tableSchema")
+                if raw is not None:
+                    entry = _parse_table_schema(raw, m.avro, "'tableSchema'")
+                    if entry.table:
+                        self._learn_in_worker(entry)
+            elif kind == MSG_DDL and type(m.body.get("sql")) is str:  # the checks _ddl makes before it learns
+                after = before = None
+                raw = m.body.get("tableSchema")
+                if raw is not None:
+                    after = _parse_table_schema(raw, m.avro, "'tableSchema'")
+                raw = m.body.get("preTableSchema")
+                if raw is not None:
+                    before = _parse_table_schema(raw, m.avro, "'preTableSchema'")
+                for e in (after, before):
+                    if e is not None:
+                        self._learn_in_worker(e)
+        except Exception:  # noqa: BLE001 - the driver decodes it again and reports what is wrong
+            pass
+        return _RAW
+
+    def _learn_in_worker(self, entry: _Entry) -> None:
+        if not entry.schema or not entry.table:
+            return
+        key = (entry.schema, entry.table, entry.version)
+        if key in self._cache or key in self._learnt:
+            return
+        if len(self._learnt) >= _MAX_LEARNT:
+            self._learnt.clear()
+        self._learnt[key] = entry
 
     def held_offsets(self) -> dict[tuple[str, int], int]:
         """Per (topic, partition): the lowest offset of any message the decoder holds (held rows waiting for
@@ -899,6 +1145,7 @@ class SimpleDecoder:
         if have is not None:
             return have
         self._cache[key] = entry
+        self._schema_version += 1
         return entry
 
     def _ddl(self, m: _Msg, msg: KafkaMessage, out: list) -> None:

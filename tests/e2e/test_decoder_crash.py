@@ -2,7 +2,7 @@
 it is decoded:
 
 - in Spark's Python workers: the worker dies, the micro-batch is decoded again in child processes;
-- in the driver (Simple, and ``decode_on = "driver"``): the pipeline process dies, the ``applier run`` supervisor
+- in the driver (``decode_on = "driver"``): the pipeline process dies, the ``applier run`` supervisor
   starts it again, and the new start finds the message from the decoding marker (applier.crashguard).
 
 Either way the message is named (exit 3 with its position), or skipped with a record while everything else applies,
@@ -39,7 +39,7 @@ def _run(cfg: dict, path: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("protocol,decode_on", [("canal-json", "executors"), ("canal-json", "driver"),
-                                               ("simple", None)])
+                                               ("simple", "executors"), ("simple", "driver")])
 def test_a_message_that_kills_the_decoder_is_named_or_quarantined(protocol, decode_on, urls, unique, drop_schema,
                                                                    tmp_path, capsys) -> None:
     topic = f"e2e-segv-{unique}"

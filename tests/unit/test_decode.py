@@ -154,10 +154,10 @@ def _cfg(protocol: str, decode_on: str | None) -> dict:
 def test_decode_on_setting() -> None:
     assert parse_config(_cfg("canal-json", None)).decodes_on_executors()
     assert not parse_config(_cfg("canal-json", "driver")).decodes_on_executors()
-    assert not parse_config(_cfg("simple", None)).decodes_on_executors()  # auto falls back for Simple
-    with pytest.raises(ConfigError) as err:
-        parse_config(_cfg("simple", "executors"))
-    assert "pipeline.decode_on" in str(err.value) and "driver" in str(err.value)
+    # Simple decodes in the workers with the driver's schemas (tests/unit/test_decode_simple_workers.py)
+    assert parse_config(_cfg("simple", None)).decodes_on_executors()
+    assert parse_config(_cfg("simple", "executors")).decodes_on_executors()
+    assert not parse_config(_cfg("simple", "driver")).decodes_on_executors()
     with pytest.raises(ConfigError, match="pipeline.decode_on"):
         parse_config(_cfg("open", "workers"))
 
@@ -179,7 +179,7 @@ def test_auto_decodes_small_batches_in_the_driver_and_big_ones_in_the_workers() 
     pinned = DecodePlacement.for_settings(parse_config(_cfg("canal-json", "executors")))
     pinned.saw(1)
     assert pinned.on_executors() and not pinned.driver
-    for driver_only in (parse_config(_cfg("canal-json", "driver")), parse_config(_cfg("simple", None))):
+    for driver_only in (parse_config(_cfg("canal-json", "driver")), parse_config(_cfg("simple", "driver"))):
         placement = DecodePlacement.for_settings(driver_only)
         assert not placement.on_executors() and placement.driver and not placement.executors
         assert placement.describe() == "the driver"
