@@ -41,6 +41,7 @@ Example (every key; see ``conf/*.toml``)::
                                           # committed at or before it (the replica holds the snapshot at that TSO)
     max_clock_skew = "1 minute"           # a commit/resolved ts further ahead of this host's clock is untrusted:
                                           # on_decode_error settles its message (applier.clock)
+    retry_seconds = 300                   # a Kafka outage while running is retried this long; 0: never
     [source.kafka]                        # passed to the consumer as kafka.<key>
 
     [target]
@@ -223,7 +224,7 @@ _PIPELINE_KEYS = (
     "decode_on",
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "start_ts", "kafka",
-                "codec", "max_clock_skew")
+                "codec", "max_clock_skew", "retry_seconds")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
                 "retry_seconds", "schema_evolution")
 SCHEMA_EVOLUTION = ("none", "create", "evolve")
@@ -418,6 +419,7 @@ class SourceSettings(_RedactedRepr):
     codec: Mapping[str, Any] = field(default_factory=FrozenMap)  # decoder options ([source.codec])
     # a ts further ahead of this host's clock is untrusted input (applier.clock, invariant 15)
     max_clock_skew_ms: int = DEFAULT_MAX_SKEW_MS
+    retry_seconds: int = 300  # how long a Kafka outage while running is retried (0: never)
 
     def subscription(self) -> tuple[str, str]:
         """The Spark Kafka source option naming what to read: ``("subscribe", "a,b")`` or
@@ -446,6 +448,7 @@ class SourceSettings(_RedactedRepr):
             "starting_offsets": self.starting_offsets,
             "start_ts": self.start_ts,
             "max_clock_skew_ms": self.max_clock_skew_ms,
+            "retry_seconds": self.retry_seconds,
             "kafka": _redact_options(self.kafka, self._kafka_templates),
             "codec": {k: _redact_codec_value(k, v) for k, v in self.codec.items()},
         }
@@ -899,6 +902,9 @@ class _Parser:
         start_ts = self.start_ts(d, protocol, codec, starting)
         skew_text = self.get(d, p, "max_clock_skew", str, hint='max_clock_skew = "1 minute"', default=None)
         skew_ms = DEFAULT_MAX_SKEW_MS if skew_text is None else self.duration("source.max_clock_skew", skew_text)[1]
+        retry = self.get(d, p, "retry_seconds", int, hint="retry_seconds = 300", default=300)
+        if retry < 0:
+            raise self.error("source.retry_seconds", f"must be >= 0 (0: never retry), got {retry}")
         kafka, kafka_templates = self.options(
             d.get("kafka", {}), "source.kafka", OWNED_KAFKA_KEYS, allow_float=False, prefix_hint="kafka."
         )
@@ -910,6 +916,7 @@ class _Parser:
             starting_offsets=starting,
             start_ts=start_ts,
             max_clock_skew_ms=skew_ms,
+            retry_seconds=retry,
             kafka=kafka,
             _kafka_templates=kafka_templates,
             codec=codec,

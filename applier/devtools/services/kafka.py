@@ -10,6 +10,9 @@ metadata), ``logs/kafka.out`` (JVM stdout/stderr), ``logs/kafka-server.log`` (lo
 Settings worth knowing for tests: ``num.partitions=3``, ``auto.create.topics.enable=false`` (tests
 create their topics explicitly), replication factor and min ISR 1 for the internal topics,
 ``group.initial.rebalance.delay.ms=0``, heap ``-Xmx1g``.
+
+``Broker(port, home)`` is a second, private broker on another port with everything under ``home``, started and
+stopped by its owner: for a test that stops a broker (tests/e2e/test_kafka_outage.py) while others use this one.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from applier.jars import SCALA_SUFFIX, jars_home, resolve
 from applier.devtools.services.common import (
     HOST,
     JAVA_PACKAGE,
+    _CHILDREN,
     ServicesError,
     ServiceStatus,
     await_ready,
@@ -140,11 +144,12 @@ def _write_config() -> tuple[Path, Path, Path]:
     return props, log4j, Path(classpath)
 
 
-def _format_storage(props: Path, log4j: Path, classpath: Path) -> None:
-    data = data_dir()
+def _format_storage(props: Path, log4j: Path, classpath: Path, data: Path | None = None,
+                    logs: Path | None = None) -> None:
+    data = data or data_dir()
     if (data / "meta.properties").exists():
         return
-    base = [_java(), *_jvm_opts(log_path(""), log4j), "-cp", str(classpath), "kafka.tools.StorageTool"]
+    base = [_java(), *_jvm_opts(logs or log_path(""), log4j), "-cp", str(classpath), "kafka.tools.StorageTool"]
     r = subprocess.run([*base, "random-uuid"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     cluster_id = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else ""
     if not cluster_id:
@@ -219,7 +224,89 @@ def reset_data() -> None:
     shutil.rmtree(data_dir(), ignore_errors=True)
 
 
-__all__ = ["start", "stop", "status", "server_properties", "metadata_ready", "reset_data"]
+class Broker:
+    """A Kafka broker of its own, for a test that stops and starts a broker while something reads from it (never
+    the shared one): KRaft on ``127.0.0.1:client_port`` (controller ``controller_port``, default client port + 1)
+    with everything under ``home``: ``server.properties``, ``log4j2.properties``, ``data/`` (formatted at the first
+    start, kept by ``stop()``, so a broker started again holds its topics and messages), ``logs/``. No pid file:
+    the object that started the process stops it (``stop()``, or leaving a ``with`` block)::
+
+        with Broker(29092, tmp_path / "kafka") as broker:   # started, ready
+            ... broker.bootstrap ...
+            broker.stop(); broker.start()                    # an outage
+    """
+
+    def __init__(self, client_port: int, home: Path, controller_port: int | None = None) -> None:
+        self.port = client_port
+        self.controller_port = controller_port or client_port + 1
+        self.home = Path(home)
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = READY_TIMEOUT) -> None:
+        """Start the broker (formatting its data the first time) and wait until it answers metadata requests."""
+        if self.running():
+            return
+        for p in (self.port, self.controller_port):
+            if port_open(p):
+                raise ServicesError(f"kafka broker in {self.home}: port {p} is taken by another process")
+        data = self.home / "data"
+        for d in (data, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        classpath = Path(kafka_broker_classpath())
+        props = self.home / "server.properties"
+        props.write_text(server_properties(self.port, self.controller_port, data))
+        log4j = self.home / "log4j2.properties"
+        log4j.write_text(LOG4J2)
+        _format_storage(props, log4j, classpath, data, self.logs)
+        argv = [_java(), *_jvm_opts(self.logs, log4j), "-cp", str(classpath), "kafka.Kafka", str(props)]
+        with open(self.logs / "kafka.out", "ab") as out:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                          cwd=self.home, start_new_session=True, close_fds=True)
+        proc = self._proc
+        _CHILDREN[proc.pid] = proc  # pid_alive() (wait_until) reaps it through the Popen
+        try:
+            wait_until(f"kafka at {self.bootstrap} ({self.home})",
+                       lambda: port_open(self.port) and metadata_ready(self.bootstrap),
+                       timeout=timeout, pid=proc.pid, log=[self.logs / "kafka.out", self.logs / "kafka-server.log"])
+        except ServicesError:
+            self.stop(timeout=10)
+            raise
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop the broker (SIGTERM: a clean shutdown; SIGKILL after ``timeout`` s). Its data stay."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        _CHILDREN.pop(proc.pid, None)
+        if proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+    def __enter__(self) -> "Broker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["Broker", "start", "stop", "status", "server_properties", "metadata_ready", "reset_data"]
 
 
 KAFKA_VERSION = "4.3.0"
