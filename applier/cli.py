@@ -1,20 +1,27 @@
 """``applier``: run / status / migrate / validate / verify / quarantine / load / jars / demo.
 
 ``applier quarantine list|show|retry|discard`` works on the row changes the target refused and the changes held
-behind them (applier/redrive.py): exit 0 done, 1 nothing matched, 2 a bad option, 4 the retry failed again (the
-changes stay held with the new reason), 5 the target is unreachable, 6 fenced.
+behind them (applier/redrive.py): exit 0 done (``list`` also when nothing is held: a health check of a healthy
+pipeline passes), 1 nothing matched (``show``, ``retry``, ``discard``), 2 a bad option, 4 the retry failed again
+(the changes stay held with the new reason), 5 the target is unreachable, 6 fenced.
 
 Exit codes: 0 done; 2 configuration error (the message names the key) or a missing prerequisite such as Java
 (the message names the command that installs it); 3 undecodable message (names topic,
 partition, offset); 4 a change or DDL the target refused (names the table and position); 5 the target database or Kafka is unreachable or
 refused the connection (Kafka: the Java client's cause, e.g. an authentication failure); 6 fenced: another run claimed the same pipeline.name (invariant 13; names its host, pid and when),
-this one stopped without writing; 1 anything else.
+this one stopped without writing; 1 anything else (also a second ``applier run`` of a pipeline already running
+on this host: it says so).
+
+``applier run`` stops on SIGINT (Ctrl-C), SIGTERM or SIGHUP, sent to its process alone or to its process group:
+the micro-batch being applied finishes (or, on a second signal, rolls back), one line on stderr says where the
+progress stands, and it ends with 128 + the signal's number (130, 143, 129) -- from a shell, by the signal itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import TYPE_CHECKING, Sequence
 
@@ -47,6 +54,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from applier.pipeline import run
     settings = _load(args.config)
     res = run(settings, until_caught_up=args.until_caught_up, until_ts=args.until_ts)
+    if res.signal is not None:
+        return _stopped_on_signal(settings, res)
     t = res.report
     print(f"pipeline {settings.pipeline.name}: {res.batches} batch(es), {t.messages} messages, {t.applied.rows} row "
           f"changes, {t.applied.ddls} DDL applied ({t.applied.ddls_skipped} skipped), applied resolved ts "
@@ -59,6 +68,40 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"ts {t.global_resolved}); the replica is consistent as of {t.applied_ts}. Run again with --until-ts "
               f"{args.until_ts} (without --until-caught-up it waits for it)")
     return 0
+
+
+def _stopped_on_signal(settings: Settings, res) -> int:
+    """The one line a run stopped by an operator's signal prints, and its exit code (128 + the signal's number)."""
+    from applier.crashguard import signal_name
+
+    try:
+        applied = _applied_ts(settings)
+    except Exception:  # noqa: BLE001 - the target does not answer now: say what this run knows
+        applied = res.report.applied_ts if res.batches else -1
+    where = ("no progress is recorded yet" if applied is None else
+             "everything committed is consistent (the target did not answer to say up to where)" if applied < 0 else
+             f"progress is committed up to applied ts {applied} (applier_pipelines.applied_ts)")
+    logs.say(f"stopping on {signal_name(res.signal)}: {where}, after {res.batches} micro-batch(es) in this run; "
+             "run again to go on", level=logging.WARNING)
+    return 128 + res.signal
+
+
+def _applied_ts(settings: Settings) -> int | None:
+    """The pipeline's applied resolved ts as the target has it (None: no progress recorded yet)."""
+    from sqlalchemy import create_engine, inspect, select
+
+    from applier.progress import pipelines
+
+    engine = create_engine(settings.target_url(), connect_args={"connect_timeout": 5})  # both drivers take it
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table(pipelines.name):
+                return None
+            value = conn.execute(select(pipelines.c.applied_ts)
+                                 .where(pipelines.c.pipeline == settings.pipeline.name)).scalar()
+        return None if value is None else int(value)
+    finally:
+        engine.dispose()
 
 
 def _tso_arg(text: str) -> int:
@@ -243,8 +286,9 @@ def _selection(args: argparse.Namespace) -> "Selection":
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
     """Held row changes and quarantined messages: list, show, retry, discard (applier/redrive.py). This only
-    parses and prints; exit codes: 0 done, 1 nothing matched, 2 a bad option, 4 the retry failed again, 5 the
-    target is unreachable, 6 fenced (another claim of the pipeline's writer epoch won meanwhile)."""
+    parses and prints; exit codes: 0 done (``list`` with nothing held too), 1 nothing matched (``show``, ``retry``,
+    ``discard``), 2 a bad option, 4 the retry failed again, 5 the target is unreachable, 6 fenced (another claim of
+    the pipeline's writer epoch won meanwhile)."""
     from applier import redrive as rd
     from applier import redrive_text as rt
     from applier.pipeline import make_engine
@@ -269,7 +313,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
                 else:
                     print(f"quarantine of pipeline {settings.pipeline.name} in {settings.target.url_redacted}")
                     print(rt.format_listing(ls, limit=args.limit, config=args.config))
-                return 1 if ls.empty else 0
+                return 0  # also when nothing is held: an empty quarantine is the healthy state
             if args.action == "show":
                 if args.message:
                     m = red.message(args.id)
@@ -438,9 +482,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "run":
         import os
 
-        from applier.crashguard import CHILD_ENV, as_supervised_child
+        from applier.crashguard import CHILD_ENV, STOP, as_supervised_child
         if os.environ.get(CHILD_ENV) == "1":
-            as_supervised_child()
+            STOP.install()  # a stop signal from now on stops the run after its current micro-batch
+            as_supervised_child()  # unblocks the stop signals (one that came while starting is handled now)
         elif argv is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
             return _supervise(args, sys.argv[1:])
     from applier.events import DecodeError

@@ -289,8 +289,10 @@ class EndOffsets:
         while not self._stop.is_set():
             try:
                 if consumer is None:
+                    # log_level 0: librdkafka's own lines (connection retries, ...) stay off the applier's stderr;
+                    # a failure is reported once below
                     conf = {"bootstrap.servers": self.bootstrap, "group.id": f"applier-metrics-{os.getpid()}",
-                            "enable.auto.commit": False}
+                            "enable.auto.commit": False, "log_level": 0}
                     # the librdkafka names of the Java client's security settings that share them
                     for k in ("security.protocol", "sasl.mechanism", "ssl.ca.location"):
                         if k in self.kafka:

@@ -14,24 +14,26 @@ import functools
 import gc
 import json
 import logging
+import os
+import re
 import shutil
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from applier import logs, migrate
 from applier.config import ConfigError, Settings
-from applier.codecs import Decoder, batch_hint, get_decoder
-from applier.crashguard import DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
+from applier.codecs import Decoder, batch_hint, decodes_alone, get_decoder
+from applier.crashguard import STOP, DecodingMarker, DriverDecodeGuard, Position, Ranges, describe
 from applier.decode import (
     CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
-    warm_decoder, worker_crashed,
+    shared_schemas, warm_decoder, with_schemas, worker_crashed,
 )
 from applier.dialect import Dialect, dialect_for
 from applier.events import DecodeError, KafkaMessage
@@ -40,7 +42,7 @@ from applier.processor import BatchProcessor, BatchReport
 from applier.progress import PipelineState, ProgressStore
 from applier.report import ProgressLine
 from applier.routing import Router
-from applier.session import reset_checkpoint, spark_session
+from applier.session import reset_checkpoint, silence, spark_session
 from applier.timing import NO_TIMING, StageTimer
 
 __all__ = ["PipelineStopped", "RunResult", "make_engine", "run", "spark_session"]
@@ -59,7 +61,10 @@ RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value")
 def read_chunks(df, spec: WorkerSpec) -> list[bytes]:
     """The micro-batch decoded by Spark's Python workers (applier.decode), as chunks for
     :meth:`BatchProcessor.process_chunks`. Spark runs the workers while this thread waits in the JVM, so they
-    decode batch N+1 on other cores while the apply thread writes batch N."""
+    decode batch N+1 on other cores while the apply thread writes batch N. A spec with a schema snapshot
+    (:func:`applier.decode.with_schemas`, Simple) sends it as a broadcast, once per snapshot version."""
+    if spec.schemas is not None:
+        spec = shared_schemas(spec, df.sparkSession.sparkContext)
     decoded = df.select(*RECORD_COLUMNS).mapInArrow(
         functools.partial(decode_arrow_batches, spec), CHUNK_SCHEMA)
     return decoded.toArrow().column(0).to_pylist()
@@ -85,24 +90,29 @@ class ReadBatch(NamedTuple):
 
 
 class DecodePlacement:
-    """Where each micro-batch is decoded: Spark's Python workers, the driver, or (``auto`` with a protocol whose
-    messages decode alone) the workers for big batches and the driver for small ones, judged by the previous
-    batch's size. The first batch of a run goes to the workers: a restart usually begins with a backlog."""
+    """Where each micro-batch is decoded: Spark's Python workers, the driver, or (``auto`` with a protocol the
+    workers decode) the workers for big batches and the driver for small ones, judged by the previous batch's
+    size. The first batch of a run goes to the workers: a restart usually begins with a backlog. Simple's
+    workers leave some records to the driver's decoder (applier.decode), so with Simple the driver decodes
+    (and needs its crash guard) even when every batch goes to the workers."""
 
-    def __init__(self, executors: bool, driver: bool) -> None:
+    def __init__(self, executors: bool, driver: bool, auto: bool | None = None) -> None:
         self.executors = executors  # some batches may be decoded by the workers
-        self.driver = driver  # some batches may be decoded in the driver (it then needs the crash guard)
+        self.driver = driver  # some records may be decoded in the driver (it then needs the crash guard)
+        self.auto = driver if auto is None else auto  # small batches are decoded in the driver
         self.previous: int | None = None  # events in the last applied batch; written by the apply thread
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "DecodePlacement":
         executors = settings.decodes_on_executors()
-        return cls(executors, driver=not executors or settings.pipeline.decode_on == "auto")
+        auto = not executors or settings.pipeline.decode_on == "auto"
+        leftovers = executors and not decodes_alone(settings.source.protocol)
+        return cls(executors, driver=auto or leftovers, auto=auto)
 
     def on_executors(self) -> bool:
         if not self.executors:
             return False
-        if not self.driver:
+        if not self.auto:
             return True
         return self.previous is None or self.previous >= SMALL_BATCH_EVENTS
 
@@ -110,7 +120,7 @@ class DecodePlacement:
         self.previous = events
 
     def describe(self) -> str:
-        if self.executors and self.driver:
+        if self.executors and self.auto:
             return (f"Spark's Python workers, or the driver when the previous micro-batch had fewer than "
                     f"{SMALL_BATCH_EVENTS:,} events")
         return "Spark's Python workers" if self.executors else "the driver"
@@ -226,7 +236,21 @@ class PipelineStopped(Exception):
 
 
 class SourceUnreachable(PipelineStopped):
-    """Kafka cannot be reached or refuses us (exit code 5, like an unreachable target)."""
+    """Kafka cannot be reached or refuses us (exit code 5, like an unreachable target).
+
+    ``cause`` is the Java client's exception chain as text (:func:`java_text`) when there is one, ``reason`` its
+    one-line summary; ``running`` says it ended a running query (not found at start). A running pipeline starts
+    over from the progress tables after a ``transient`` one, for ``source.retry_seconds`` (``_run_retrying``)."""
+
+    def __init__(self, message: str, *, cause: str = "", reason: str = "", running: bool = False) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.reason = reason or java_summary(cause) or message
+        self.running = running
+
+    @property
+    def transient(self) -> bool:
+        return kafka_transient(self.cause)
 
 
 class TargetLost(PipelineStopped):
@@ -244,6 +268,84 @@ def java_cause(exc: BaseException) -> str:
         jexc = jexc.getCause()
         seen += 1
     return str(jexc.toString())[:300]
+
+
+def java_text(exc: BaseException) -> str:
+    """The Java exception chain behind a PySpark or py4j error (and the errors it was raised from), as Java prints
+    it: ``Class: message`` lines, stack frames, ``Caused by:`` lines. '' for a plain Python error."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen and len(seen) < 20:
+        seen.add(id(cur))
+        trace = getattr(cur, "_stackTrace", None)  # pyspark's CapturedException (StreamingQueryException, ...)
+        if isinstance(trace, str) and trace:
+            parts.append(trace)
+        elif getattr(cur, "java_exception", None) is not None:  # py4j's Py4JJavaError: str() asks the JVM
+            with contextlib.suppress(Exception):
+                parts.append(str(cur))
+        cur = cur.__cause__ or cur.__context__
+    return "\n".join(parts)
+
+
+_JAVA_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more)|^\s*$")
+# What says a Kafka outage: the client gave up waiting for a broker (its TimeoutException, whatever the call), lost
+# its connection, or found no leader; the Spark source's own words when it cannot get offsets or metadata.
+_KAFKA_TRANSIENT = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.(TimeoutException|DisconnectException|NetworkException"
+    r"|LeaderNotAvailableException|NotLeaderOrFollowerException|BrokerNotAvailableException"
+    r"|CoordinatorNotAvailableException)"
+    r"|position for partition \S+ could (not )?be determined"
+    r"|[Ff]ailed to (fetch|get|update) (topic )?metadata|Timeout expired while fetching topic metadata")
+# What no waiting repairs: a refused login or permission, a topic that is gone, data that is gone (failOnDataLoss:
+# Kafka no longer holds a restart offset), a bad configuration.
+_KAFKA_FATAL = re.compile(
+    r"Authentication|Authorization|SaslException|SSLHandshakeException|IllegalSaslState"
+    r"|UnknownTopicOrPartition|InvalidTopicException|do(es)? not exist"
+    r"|failOnDataLoss|OffsetOutOfRange|data (may have been|was) lost|DATA_LOSS|ConfigException")
+
+
+def kafka_transient(text: str) -> bool:
+    """Whether a failure of the Kafka source, given as the Java exception chain's text (:func:`java_text`), is an
+    outage that passes -- brokers down, restarting or unreachable -- so the run may start over from the progress
+    tables (invariant 14), rather than one no waiting repairs (authentication, authorization, a missing topic, data
+    lost under ``failOnDataLoss``), which stays a stop. Only the exception lines are read, not the stack frames."""
+    lines = "\n".join(ln for ln in text.splitlines() if not _JAVA_FRAME.match(ln))
+    return bool(_KAFKA_TRANSIENT.search(lines)) and not _KAFKA_FATAL.search(lines)
+
+
+_JAVA_EXCEPTION = re.compile(r"[a-z][\w$]*(\.[\w$]+)+(Exception|Error)\b")
+
+
+def java_summary(text: str) -> str:
+    """One line for a Java exception chain's text: its innermost cause (``Class: message``), else its first
+    exception line (py4j's start with ": "), else its first line."""
+    lines = [ln.strip() for ln in text.splitlines() if not _JAVA_FRAME.match(ln)]
+    causes = [ln[len("Caused by: "):] for ln in lines if ln.startswith("Caused by: ")]
+    exceptions = [ln.lstrip(": ") for ln in lines if _JAVA_EXCEPTION.match(ln.lstrip(": "))]
+    return (causes[-1] if causes else exceptions[0] if exceptions else lines[0] if lines else "")[:300]
+
+
+# Spark's and the Kafka client's loggers that turn one Kafka outage into hundreds of lines on stderr: the client's
+# "Connection to node -1 could not be established" every second, the source's "Error in attempt N getting Kafka
+# offsets" with a stack trace, the query's "terminated with error" with another. The run reports each of these
+# failures itself, in one line (a failure it cannot place gets its Java trace from _run).
+QUIET_LOGGERS = {
+    "org.apache.kafka": "ERROR",
+    "org.apache.spark.sql.kafka010": "ERROR",
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution": "OFF",
+}
+
+
+def quiet_spark_logs(spark) -> None:
+    """Set :data:`QUIET_LOGGERS`' levels in the driver's log4j2 (the root level stays Spark's)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        for name, level in QUIET_LOGGERS.items():
+            configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.getLevel(level))
+    except Exception as exc:  # a JVM without log4j2 core: louder logs, nothing else
+        log.debug("could not set Spark's log levels: %s", exc)
 
 
 def check_brokers_reachable(settings: Settings, timeout: float = 5.0) -> None:
@@ -264,12 +366,87 @@ def check_brokers_reachable(settings: Settings, timeout: float = 5.0) -> None:
         "that the brokers run and are reachable from this host")
 
 
+def missing_topics(settings: Settings, missing: list[str]) -> ConfigError:
+    return ConfigError(
+        "source.topics", f"topic(s) {', '.join(missing)} do not exist on {settings.source.bootstrap_servers} (or "
+        "this client may not describe them): create them or start the TiCDC changefeed first, or fix the name",
+        source=str(settings.source_path or "<config>"))
+
+
+# [source.kafka] security settings (the Java client's names) that librdkafka spells the same way
+_SAME_IN_LIBRDKAFKA = frozenset({"security.protocol", "sasl.mechanism", "ssl.key.password", "ssl.keystore.password",
+                                 "ssl.ca.location", "sasl.username", "sasl.password"})
+_JAAS_FIELD = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def librdkafka_security(kafka: Mapping[str, str]) -> dict[str, str] | None:
+    """The librdkafka (confluent_kafka) form of ``[source.kafka]``'s security settings, or None when one has no
+    librdkafka form: a JKS trust or key store, a JAAS login other than PLAIN/SCRAM, Kerberos, OAuth, cipher
+    lists. Other settings (timeouts, client ids, fetch sizes) do not matter for listing topics and are left out."""
+    out: dict[str, str] = {}
+    for key, value in kafka.items():
+        if not key.startswith(("security.", "sasl.", "ssl.")):
+            continue
+        if key in _SAME_IN_LIBRDKAFKA:
+            out[key] = value
+        elif key == "sasl.jaas.config":
+            if "PlainLoginModule" not in value and "ScramLoginModule" not in value:
+                return None
+            fields = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_FIELD.findall(value)}
+            if set(fields) != {"username", "password"}:
+                return None
+            out["sasl.username"], out["sasl.password"] = fields["username"], fields["password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            out[key] = value or "none"
+        elif key == "ssl.truststore.location" and kafka.get("ssl.truststore.type", "").upper() == "PEM":
+            out["ssl.ca.location"] = value
+        elif key == "ssl.truststore.certificates" and kafka.get("ssl.truststore.type", "").upper() == "PEM":
+            out["ssl.ca.pem"] = value
+        elif key == "ssl.keystore.location" and kafka.get("ssl.keystore.type", "").upper() == "PKCS12":
+            out[key] = value
+        elif key in ("ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password"):
+            continue  # read with the location above (a PEM trust store has no password)
+        else:
+            return None
+    if out.get("sasl.mechanism", "PLAIN").upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        return None
+    return out
+
+
+def check_topics_exist(settings: Settings, timeout: float = 10.0) -> None:
+    """A topic of ``source.topics`` that Kafka does not have is a configuration error, found before Spark starts
+    (librdkafka's metadata request, with ``[source.kafka]``'s security settings mapped to its names). When they
+    cannot be mapped, or the brokers do not answer in time, this check is skipped (logged at INFO) and the JVM
+    client's check in :func:`kafka_partitions` finds the same error once Spark has started."""
+    mode, _ = settings.source.subscription()
+    if mode != "subscribe":
+        return  # a pattern may match topics created later
+    security = librdkafka_security(settings.source.kafka)
+    if security is None:
+        log.info("[source.kafka] has security settings librdkafka cannot take: the topics are checked once Spark "
+                 "has started")
+        return
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: librdkafka's own lines (connection retries, ...) stay out of the applier's output
+    admin = AdminClient({"bootstrap.servers": settings.source.bootstrap_servers, "log_level": 0, **security})
+    try:
+        names = set(admin.list_topics(timeout=timeout).topics)
+    except Exception as exc:  # noqa: BLE001 - authentication, a slow broker: the JVM check decides
+        log.info("could not list the topics before Spark starts (%s); they are checked once it has", exc)
+        return
+    missing = [t for t in settings.source.topics or () if t not in names]
+    if missing:
+        raise missing_topics(settings, missing)
+
+
 @dataclass
 class RunResult:
     batches: int
     report: BatchReport
     gate: dict[str, int] = field(default_factory=dict)  # the gate's counters: duplicates dropped, spills
     stopped_at: int | None = None  # the --until-ts the run stopped at: the replica is consistent as of exactly it
+    signal: int | None = None  # the SIGINT/SIGTERM/SIGHUP the run stopped on (after its current micro-batch)
 
 
 def make_engine(settings: Settings) -> Engine:
@@ -295,7 +472,7 @@ def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
             reason = java_cause(exc)
             raise SourceUnreachable(
                 f"cannot list topics on {settings.source.bootstrap_servers} (config key source.bootstrap_servers, "
-                f"and [source.kafka] for security settings): {reason}"
+                f"and [source.kafka] for security settings): {reason}", cause=java_text(exc) or reason, reason=reason,
             ) from None
         names = [str(t) for t in topics.keySet().toArray()]
         mode, value = settings.source.subscription()
@@ -303,10 +480,7 @@ def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
             wanted = [t.strip() for t in value.split(",") if t.strip()]
             missing = [t for t in wanted if t not in names]
             if missing:
-                raise PipelineStopped(
-                    f"topic(s) {', '.join(missing)} do not exist on {settings.source.bootstrap_servers} "
-                    "(config key source.topics): create them or start the TiCDC changefeed first"
-                )
+                raise missing_topics(settings, missing)
         else:
             import re
             rx = re.compile(value)
@@ -391,19 +565,29 @@ def until_ts_reached(state: PipelineState, until_ts: int | None, pipeline: str) 
 class _Lock:
     """One running instance per pipeline: a second one would interleave progress writes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, pipeline: str = "") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.pipeline = pipeline
         self.fh = open(path, "a+")
 
     def __enter__(self) -> "_Lock":
         try:
             fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            self.fh.seek(0)
+            holder = self.fh.read(200).strip()
+            self.fh.close()
             raise PipelineStopped(
-                f"another applier run on this host holds {self.path}: the pipeline is already running here "
-                "(pipeline.local_dir)"
+                f"pipeline {self.pipeline} is already running on this host"
+                + (f" ({holder})" if holder else "")
+                + f": another applier run holds {self.path} (pipeline.local_dir). Stop that one first (SIGINT or "
+                "SIGTERM to it), or give this configuration another pipeline.name"
             ) from None
+        self.fh.seek(0)
+        self.fh.truncate()
+        self.fh.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S %z')}")
+        self.fh.flush()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -418,32 +602,44 @@ def run(settings: Settings, *, until_caught_up: bool = False, until_ts: int | No
     committed after it applied: the replica is then consistent as of exactly that TSO (``RunResult.stopped_at``),
     and a later run continues from there. With ``until_caught_up`` too, whichever comes first ends the run.
     ``timer`` receives every stage's durations (applier.timing; the benchmark uses it). With ``[metrics] port``
-    the run serves Prometheus metrics, which see the same durations (and pass them on to ``timer``)."""
+    the run serves Prometheus metrics, which see the same durations (and pass them on to ``timer``).
+    Called on the main thread, SIGINT, SIGTERM and SIGHUP stop the run: the query stops, the micro-batch being
+    applied finishes (one read meanwhile is left to the next run) and ``RunResult.signal`` names the signal."""
     logs.set_pipeline(settings.pipeline.name)  # every log line names it (applier.logs)
     check_until_ts(settings, until_ts)
-    check_brokers_reachable(settings)
-    served = serve_metrics(settings, timer)
-    if served is not None:
-        timer = served.metrics
-    engine = make_engine(settings)
-    try:
-        migrate.upgrade(engine)
-        dialect = dialect_for(engine)
-        with _Lock(settings.pipeline.local_dir / "applier.lock"):
+    # The lock first: a second run of a running pipeline is told so before it asks Kafka or binds the metrics port.
+    # A stop signal from here on stops the run where it stands (applier.crashguard.STOP: main thread only).
+    with STOP.handling(), _Lock(settings.pipeline.local_dir / "applier.lock", settings.pipeline.name):
+        check_brokers_reachable(settings)
+        check_topics_exist(settings)  # a missing topic is a configuration error, found before Spark starts
+        served = serve_metrics(settings, timer)
+        if served is not None:
+            timer = served.metrics
+        engine = make_engine(settings)
+        try:
+            migrate.upgrade(engine)
+            dialect = dialect_for(engine)
+            if STOP.requested:  # asked to stop while starting: nothing read, nothing to finish
+                return RunResult(0, BatchReport(), signal=STOP.signum)
             own_spark = spark is None
             if own_spark:
                 spark = spark_session(settings)
+                STOP.install()  # pyspark installed its own SIGINT handler, which re-enters py4j (see StopRequest)
             try:
+                if STOP.requested:
+                    return RunResult(0, BatchReport(), signal=STOP.signum)
                 with bulk_gc():
-                    return _run_retrying(settings, spark, engine, dialect, until_caught_up, progress, timer,
-                                         until_ts=until_ts)
+                    res = _run_retrying(settings, spark, engine, dialect, until_caught_up, progress, timer,
+                                        until_ts=until_ts)
+                res.signal = STOP.signum
+                return res
             finally:
                 if own_spark:
                     spark.stop()
-    finally:
-        engine.dispose()
-        if served is not None:
-            served.close()
+        finally:
+            engine.dispose()
+            if served is not None:
+                served.close()
 
 
 def serve_metrics(settings: Settings, timer: StageTimer) -> Any:
@@ -456,50 +652,142 @@ def serve_metrics(settings: Settings, timer: StageTimer) -> Any:
     return ServedMetrics.start(settings, inner=timer)
 
 
+def _query_failure(exc: BaseException, source_lost: list[SourceUnreachable], settings: Settings) -> PipelineStopped:
+    """The error that ended the Spark query, as ``_run`` raises it: the partition refresh's failure to list the topics,
+    a Kafka outage (:func:`kafka_transient`: ``_run_retrying`` starts over), or anything else, whose Java trace is
+    logged here (the query's own error log is off: :data:`QUIET_LOGGERS`)."""
+    if source_lost:
+        return source_lost[0]
+    lost = _kafka_lost(exc, settings)
+    if lost is not None:
+        return lost
+    text = java_text(exc)
+    if text:
+        log.error("the Spark query failed:\n%s", text)
+    return PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}")
+
+
+def _kafka_lost(exc: BaseException, settings: Settings) -> SourceUnreachable | None:
+    """``exc`` (the query's failure, or reading a micro-batch's records) as a Kafka outage, else None."""
+    text = java_text(exc)
+    if not kafka_transient(text):
+        return None
+    reason = java_summary(text)
+    return SourceUnreachable(f"the Kafka source failed reading {settings.source.bootstrap_servers} "
+                             f"(source.bootstrap_servers): {reason}", cause=text, reason=reason, running=True)
+
+
+class OutageClock:
+    """When the current outage began and how many tries it has failed, for ``_run_retrying``: the first failure
+    after the last applied batch begins an outage, whose retry budget counts from there and whose backoff starts
+    again at the shortest wait (0.5 s, doubling per failed try up to 15 s). ``_run`` calls ``batch_applied()``."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic, *, shortest: float = 0.5,
+                 longest: float = 15.0) -> None:
+        self._now = now
+        self.shortest, self.longest = shortest, longest
+        self.applied = now()  # when the last batch applied (the start counts as one)
+        self.began: float | None = None  # the current outage's first failure
+        self.last: float | None = None  # the latest failure
+        self.tries = 0  # failed tries in the current outage
+
+    def batch_applied(self) -> None:
+        self.applied = self._now()
+
+    def failed(self) -> None:
+        now = self._now()
+        if self.last is None or self.applied > self.last:  # a batch applied since the last failure: a new outage
+            self.began, self.tries = now, 0
+        self.tries += 1
+        self.last = now
+
+    def wait(self) -> float:
+        """Seconds to wait before the next try."""
+        return min(self.longest, self.shortest * 2 ** (self.tries - 1))
+
+    def spent(self) -> float:
+        """Seconds since the current outage began."""
+        return 0.0 if self.began is None else self._now() - self.began
+
+
+def _sleep_unless_stopped(seconds: float) -> None:
+    """The backoff between tries, ended at once by a stop signal (the retry loop then returns): everything
+    committed is consistent, and an operator stopping a run must not wait for an outage's budget to run out."""
+    end = time.monotonic() + seconds
+    while not STOP.requested and (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 0.25))
+
+
 def _run_retrying(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caught_up: bool,
-                  progress: bool | None, timer: StageTimer = NO_TIMING, *, until_ts: int | None = None) -> RunResult:
-    """Invariant 14: a transient target fault (lost connection, restart, deadlock, lock-wait timeout) is not a
-    failure. The failed transaction rolled back with its progress, so the run starts over from the progress
-    tables (a new query, the same Spark session) -- the crash-recovery path, which replays exactly the
-    transactions that did not commit -- with exponential backoff, for ``target.retry_seconds`` counted from the
-    first failure after the last batch that applied."""
-    from tenacity import Retrying, retry_if_exception, wait_exponential
+                  progress: bool | None, timer: StageTimer = NO_TIMING, *, until_ts: int | None = None,
+                  clock: OutageClock | None = None, sleep: Callable[[float], None] | None = None) -> RunResult:
+    """Invariant 14: a transient fault is not a failure. A target fault (lost connection, restart, deadlock,
+    lock-wait timeout) rolled back the transaction with its progress; a Kafka outage (brokers down or unreachable:
+    the running query failed, or the partition refresh or a restart could not list the topics; see
+    :func:`kafka_transient`) left the progress as the last commit made it. Either way the run starts over from the
+    progress tables (a new query, the same Spark session) -- the crash-recovery path, which replays exactly the
+    transactions that did not commit -- with exponential backoff, for ``target.retry_seconds`` (a target fault)
+    or ``source.retry_seconds`` (a Kafka outage), counted from the first failure after the last batch that
+    applied. Kafka found unusable at start (the first try, before a query ran) is not retried."""
+    from tenacity import Retrying
 
     from applier.sinks import db_reason
 
-    budget = settings.target.retry_seconds
-    mark: dict[str, float | None] = {"applied": time.monotonic(), "outage": None}
+    clock = clock or OutageClock()
+    servers = settings.source.bootstrap_servers
+    quiet_spark_logs(spark)
 
-    def out_of_time(state) -> bool:
-        now = time.monotonic()
-        if mark["outage"] is None or mark["applied"] > mark["outage"]:  # a batch applied since: a new outage
-            mark["outage"] = now
-        return now - mark["outage"] >= budget
+    def kafka_outage(exc: BaseException | None, attempt: int) -> bool:
+        return isinstance(exc, SourceUnreachable) and (exc.running or attempt > 1) and exc.transient
+
+    def transient(state) -> bool:
+        exc = state.outcome.exception()
+        return exc is not None and (dialect.is_transient(exc) or kafka_outage(exc, state.attempt_number))
+
+    def budget(exc: BaseException | None) -> int:
+        return settings.source.retry_seconds if isinstance(exc, SourceUnreachable) else settings.target.retry_seconds
 
     def note(state) -> None:
-        reason = db_reason(state.outcome.exception())
-        log.warning("the target failed while running (%s); starting over from the progress tables in %.1f s "
-                    "(target.retry_seconds = %d)", reason, state.next_action.sleep, budget)
+        exc = state.outcome.exception()
+        if isinstance(exc, SourceUnreachable):
+            log.warning("Kafka failed while running (%s, source.bootstrap_servers = %s); starting over from the "
+                        "progress tables in %.1f s (source.retry_seconds = %d)", exc.reason, servers,
+                        state.next_action.sleep, budget(exc))
+        else:
+            log.warning("the target failed while running (%s); starting over from the progress tables in %.1f s "
+                        "(target.retry_seconds = %d)", db_reason(exc), state.next_action.sleep, budget(exc))
 
-    retrying = Retrying(retry=retry_if_exception(dialect.is_transient), stop=out_of_time, reraise=True, before_sleep=note,
-                        wait=wait_exponential(multiplier=0.5, min=0.5, max=15))
+    retrying = Retrying(retry=transient, after=lambda state: clock.failed(), wait=lambda state: clock.wait(),
+                        stop=lambda state: clock.spent() >= budget(state.outcome.exception()), reraise=True,
+                        before_sleep=note, sleep=sleep or _sleep_unless_stopped)
     try:
         for attempt in retrying:
+            if STOP.requested and attempt.retry_state.attempt_number > 1:
+                log.info("stopping on %s during the outage, before starting over", STOP.name)
+                return RunResult(0, BatchReport(), signal=STOP.signum)
             with attempt:
-                return _run(settings, spark, engine, dialect, until_caught_up, progress, mark, timer,
+                return _run(settings, spark, engine, dialect, until_caught_up, progress, clock, timer,
                             until_ts=until_ts)
+    except SourceUnreachable as exc:
+        if not (clock.tries or exc.running) or not exc.transient:
+            raise  # at start, or not an outage (a refused login, a missing topic): as it is
+        raise SourceUnreachable(
+            f"lost Kafka while running: {servers} (source.bootstrap_servers) did not come back within "
+            f"source.retry_seconds = {budget(exc)}: {exc.reason}. Everything committed is consistent (progress "
+            "commits with the data); rerun once the brokers answer", cause=exc.cause, reason=exc.reason,
+            running=True) from None
     except Exception as exc:
         if not dialect.is_transient(exc):
             raise
         raise TargetLost(
             f"lost the target database while running and it did not come back within target.retry_seconds = "
-            f"{budget}: {db_reason(exc)}. Everything committed is consistent (progress commits with the data); "
+            f"{budget(exc)}: {db_reason(exc)}. Everything committed is consistent (progress commits with the data); "
             "rerun once the database answers") from exc
     raise AssertionError("unreachable")
 
 
 def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caught_up: bool, progress: bool | None,
-         mark: dict[str, float | None], timer: StageTimer = NO_TIMING, *, until_ts: int | None = None) -> RunResult:
+         mark: OutageClock, timer: StageTimer = NO_TIMING, *, until_ts: int | None = None) -> RunResult:
     # Everything that can refuse this environment comes first (Spark session and executors, checkpoint, topics):
     # only a run that can work takes the pipeline over from another writer.
     query_dir = reset_checkpoint(spark, settings)
@@ -545,6 +833,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]  # when the Spark thread last listed the partitions
     query_box: list = []
+    source_lost: list[SourceUnreachable] = []  # the partition refresh could not list the topics: the query stops
     at_until_ts = threading.Event()  # the applied resolved ts reached until_ts: the query is being stopped
 
     log.info("decoding %s records in %s", settings.source.protocol, placement.describe())
@@ -552,13 +841,13 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     def apply_batch(item: ReadBatch) -> None:
         """Runs on the hand-off thread: the only thread that touches the processor and its gate."""
         batch_id = item.batch_id
-        if at_until_ts.is_set():  # read while the query stops: left to the next run (the progress tables say so)
-            return
+        if at_until_ts.is_set() or STOP.requested:  # read while the query stops: left to the next run (the
+            return  # progress tables say so)
         if item.partitions is not None:
             processor.gate.add_partitions(item.partitions)
         rep = processor.process_chunks(item.payload) if item.chunks else processor.process(item.payload)
         placement.saw(rep.events)
-        mark["applied"] = time.monotonic()
+        mark.batch_applied()
         timer.applied(rep, processor.gate)
         line.update(rep, processor.totals)
         log.info("batch %d: %d messages, %d rows, %d DDL, applied ts %d, held %d", batch_id, rep.messages,
@@ -580,27 +869,47 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
 
     def on_batch(df, batch_id: int) -> None:
         with logs.batch_context(batch_id, settings.pipeline.name), timer.span("on_batch"):
-            _on_batch(df, batch_id)
+            try:
+                _on_batch(df, batch_id)
+            except Exception as exc:
+                lost = _kafka_lost(exc, settings)  # reading the batch's records met a Kafka outage
+                if lost is None:
+                    raise
+                source_lost.append(lost)  # as at the partition refresh: stop, the next try reads the batch again
+                stop_query(lost)
+                return
         timer.count("batches", 1)
 
     def _on_batch(df, batch_id: int) -> None:
         handoff.raise_if_failed()
+        if source_lost:  # Kafka was lost and the query is stopping: nothing more is applied, the next try reads it
+            return
         new_parts = None
         if time.monotonic() - last_refresh[0] > PARTITION_REFRESH_SECONDS:
             # here, not on the apply thread: the JVM consumer's 20-40 ms overlap the previous batch's apply
             with timer.span("partition_refresh"):
-                new_parts = kafka_partitions(spark, settings)
+                try:
+                    new_parts = kafka_partitions(spark, settings)
+                except SourceUnreachable as exc:
+                    # stop the query (rather than fail it: Spark would log the Python traceback it wraps) and leave
+                    # this batch and any later one to the next try, which starts from the progress tables; _run
+                    # raises it once the query has stopped
+                    exc.running = True
+                    source_lost.append(exc)
+                    stop_query(exc)
+                    return
             last_refresh[0] = time.monotonic()
         on_executors = placement.on_executors()
         if on_executors:
+            bspec = with_schemas(spec, processor.decoder)  # Simple: the schemas the driver knows now
             try:
-                payload = read_chunks(df, spec)
+                payload = read_chunks(df, bspec)
             except Exception as exc:
                 if not worker_crashed(exc):
                     raise
                 log.error("batch %d: a Spark Python worker died decoding it; decoding it again in child processes "
                           "to find the message that kills the decoder", batch_id)
-                payload = decode_isolated(spec, read_messages(df))
+                payload = decode_isolated(bspec, read_messages(df))
         else:
             payload = read_messages(df)
         with timer.span("submit_wait"):
@@ -610,7 +919,11 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     reader = spark.readStream.format("kafka")
     for k, v in settings.source.spark_options().items():
         reader = reader.option(k, v)
+    # fetchOffset.numRetries: one try of the source's offset request (each waits default.api.timeout.ms, 60 s) rather
+    # than Spark's three, so that Kafka gone fails the query within a minute and _run_retrying's tries, each a
+    # warning, start over instead of Spark waiting three minutes in silence before the same failure
     reader = (reader.option("startingOffsets", offsets).option("failOnDataLoss", "true")
+              .option("fetchOffset.numRetries", "1")
               .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger(settings))))
     writer = reader.load().writeStream.foreachBatch(on_batch).option("checkpointLocation", query_dir)
     writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(
@@ -620,13 +933,19 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         query_box.append(query)
         if at_until_ts.is_set():  # reached by a batch that ran before the query was in query_box
             stop_query(None)
+        # SIGINT/SIGTERM/SIGHUP (applier.crashguard.STOP): stop the query, quietly (Spark logs a stopped query's
+        # cancelled read as warnings and errors); the batch being applied finishes below (handoff.close)
+        forget_stop = STOP.when_requested(lambda: (silence(spark), query.stop()))
         try:
-            query.awaitTermination()
+            while not query.awaitTermination(1):  # back in Python every second, so a signal is handled at once
+                pass
         except KeyboardInterrupt:
             query.stop()
         except Exception as exc:
-            if handoff.error is None and not at_until_ts.is_set():
-                raise PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}") from exc
+            if handoff.error is None and not at_until_ts.is_set() and not STOP.requested:
+                raise _query_failure(exc, source_lost, settings) from exc
+        finally:
+            forget_stop()
         with timer.span("drain"):
             handoff.close()  # the last handed-over batch is applied before run() returns
     finally:
@@ -635,5 +954,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         processor.close()
     if handoff.error is not None:
         raise handoff.error from None
+    if source_lost:
+        raise source_lost[0]
     return RunResult(processor.batches, processor.totals, dict(processor.gate.stats),
                      stopped_at=until_ts if at_until_ts.is_set() else None)

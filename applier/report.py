@@ -292,7 +292,7 @@ def format_status(st: dict[str, Any]) -> str:
         f"  applied resolved ts  {st['applied_ts']}  (lag {_seconds(st['applied_lag_seconds'])})",
         f"  global resolved ts   {st['global_resolved_ts']}  (lag {_seconds(st['global_resolved_lag_seconds'])})",
         *_stuck_line(st.get("resolved_stuck_by")),
-        f"  batches {st['batches']}, rows applied {st['rows_applied']}, DDL {st['ddl'] or {}}, "
+        f"  batches {st['batches']}, row changes applied {st['rows_applied']}, DDL {st['ddl'] or {}}, "
         f"quarantined {'-' if quarantined is None else quarantined}, updated {st['updated_at']}",
         _writer_line(st.get("writer")),
         *_held_line(st.get("quarantined_rows")),
@@ -304,7 +304,7 @@ def format_status(st: dict[str, Any]) -> str:
                      f"resolved {r['resolved_ts']}")
     lines.append("  tables:")
     for r in st["tables"]:
-        lines.append(f"    {r['source']} -> {r['target']}  applied ts {r['applied_ts']}  rows {r['rows_applied']}  "
-                     f"last change {_seconds(r.get('last_change_lag_seconds'))} ago  "
+        lines.append(f"    {r['source']} -> {r['target']}  applied ts {r['applied_ts']}  "
+                     f"row changes {r['rows_applied']}  last change {_seconds(r.get('last_change_lag_seconds'))} ago  "
                      f"freshness lag {_seconds(r.get('freshness_lag_seconds'))}")
     return "\n".join(lines)

@@ -7,10 +7,15 @@ driver's address (or what ``[spark.conf]`` says), and the applier ships itself t
 driver's package goes through ``spark.submit.pyFiles``, so executors decode with exactly the driver's code. The
 executors' Python still needs the applier's dependencies (pyarrow, orjson, fastavro, ...), which a start-up job
 checks on the executors themselves, naming what is missing and how to fix it.
+
+Spark's own output: the driver's JVM logs through a log4j2 configuration the applier writes into
+``pipeline.local_dir`` (ERROR and above on stderr; WARN with ``-v``), so a normal run prints only the applier's
+lines; ``[spark.conf] "spark.driver.extraJavaOptions"`` with ``-Dlog4j2.configurationFile=...`` picks another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -166,10 +171,14 @@ def spark_session(settings: Settings, app_name: str | None = None):
     builder = SparkSession.builder.appName(app_name or f"applier-{settings.pipeline.name}")
     if not submitted:
         builder = builder.master(master)
-    for k, v in session_conf(settings, master, jars=spark_kafka_jars(), python=python, shipped=shipped).items():
+    log_config = None if submitted else write_log_config(settings.pipeline.local_dir)
+    _JVM_QUIET.clear()
+    for k, v in session_conf(settings, master, jars=spark_kafka_jars(), python=python, shipped=shipped,
+                             log_config=log_config).items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    with jvm_stderr_filtered():
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(spark_log_level())
     if not local:
         try:
             check_executors(spark, settings, master, digest)
@@ -180,11 +189,13 @@ def spark_session(settings: Settings, app_name: str | None = None):
 
 
 def session_conf(settings: Settings, master: str, *, jars: list[str], python: str | None,
-                 shipped: str | None) -> dict[str, str]:
+                 shipped: str | None, log_config: Path | None = None) -> dict[str, str]:
     """Every Spark setting the session is built with: the applier's defaults, then ``[spark.conf]`` over them.
 
     Only a local master is pinned to loopback: on a cluster the executors must reach the driver, so its address
-    is Spark's default (the host's name) unless ``[spark.conf]`` sets ``spark.driver.host``."""
+    is Spark's default (the host's name) unless ``[spark.conf]`` sets ``spark.driver.host``. ``log_config`` (the
+    driver's log4j2 file, :func:`write_log_config`) goes first into ``spark.driver.extraJavaOptions``, so a
+    ``-Dlog4j2.configurationFile`` of ``[spark.conf]``'s own comes later and wins."""
     conf = {
         "spark.jars": ",".join(jars),
         "spark.sql.shuffle.partitions": "4",
@@ -196,6 +207,10 @@ def session_conf(settings: Settings, master: str, *, jars: list[str], python: st
     if python:
         conf["spark.pyspark.python"] = python
     conf.update(settings.spark.conf)
+    if log_config is not None:
+        ours = f"-Dlog4j2.configurationFile={log_config.resolve().as_uri()}"
+        conf["spark.driver.extraJavaOptions"] = " ".join(
+            p for p in (ours, settings.spark.conf.get("spark.driver.extraJavaOptions", "")) if p)
     if shipped:
         conf["spark.submit.pyFiles"] = ",".join(p for p in (conf.get("spark.submit.pyFiles", ""), shipped) if p)
     return conf
@@ -218,6 +233,127 @@ def _local_workers_like_driver() -> None:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+# ---- Spark's own output ---------------------------------------------------------------------------------------------
+
+# Loggers that speak at WARN in every run of a pipeline: a micro-batch longer than the trigger interval (a catch-up),
+# adaptive execution switched off for streaming, no native Hadoop library. ERROR still shows.
+QUIET_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream",
+    "org.apache.spark.sql.execution.streaming.ResolveWriteToStream",
+    "org.apache.hadoop.util.NativeCodeLoader",
+)
+# What the JVM itself prints at start (not log4j): Spark asks for the jdk.incubator.vector module, and Java says so
+# on stderr with no option to turn it off.
+JVM_NOISE = (b"WARNING: Using incubator modules:",)
+# Set by silence(): the JVM's stderr is dropped whole (a run stopping on an operator's signal).
+_JVM_QUIET = threading.Event()
+
+
+def spark_log_level() -> str:
+    """Spark's log4j level for the driver: ERROR, or WARN when the applier logs at INFO (``-v``)."""
+    return "WARN" if logging.getLogger("applier").isEnabledFor(logging.INFO) else "ERROR"
+
+
+def log_config_text(level: str) -> str:
+    """A log4j2 configuration for the driver's JVM: Spark's console format on stderr at ``level``."""
+    lines = [
+        "# written by the applier at every start (applier/session.py); set -Dlog4j2.configurationFile in",
+        "# [spark.conf] \"spark.driver.extraJavaOptions\" to use another",
+        "status = error",
+        "appender.console.type = Console",
+        "appender.console.name = console",
+        "appender.console.target = SYSTEM_ERR",
+        "appender.console.layout.type = PatternLayout",
+        "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex",
+        f"rootLogger.level = {level.lower()}",
+        "rootLogger.appenderRef.stdout.ref = console",
+        # pyspark's JVM counts as a shell: without its logger at the root's level Spark prints "Setting default
+        # log level to ..." at every start
+        "logger.repl.name = org.apache.spark.api.python.PythonGatewayServer",
+        f"logger.repl.level = {level.lower()}",
+    ]
+    for i, name in enumerate(QUIET_LOGGERS):
+        lines += [f"logger.quiet{i}.name = {name}", f"logger.quiet{i}.level = error"]
+    return "\n".join(lines) + "\n"
+
+
+def write_log_config(local_dir: Path) -> Path:
+    """The driver's log4j2 file in ``local_dir``, for :func:`spark_log_level`."""
+    path = Path(local_dir) / "log4j2.properties"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(log_config_text(spark_log_level()))
+    os.replace(tmp, path)
+    return path
+
+
+@contextlib.contextmanager
+def jvm_stderr_filtered():
+    """Inside the block this process's stderr is a pipe, so the JVM pyspark starts there (and Spark's Python
+    workers, which it starts later) inherits it: a thread copies every line to the real stderr except
+    :data:`JVM_NOISE`. The applier's own stderr is the real one again after the block."""
+    try:
+        sys.stderr.flush()
+        real = os.dup(2)
+        r, w = os.pipe()
+    except (OSError, ValueError):  # no stderr to speak of
+        yield
+        return
+    threading.Thread(target=_copy_stderr, args=(r, real), name="applier-jvm-stderr", daemon=True).start()
+    saved = os.dup(2)
+    os.dup2(w, 2)
+    os.close(w)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _copy_stderr(read_fd: int, out_fd: int) -> None:
+    with os.fdopen(read_fd, "rb", buffering=0) as src, os.fdopen(out_fd, "wb", buffering=0) as out:
+        for line in _lines(src):
+            if line.startswith(JVM_NOISE) or _JVM_QUIET.is_set():
+                continue
+            with contextlib.suppress(OSError):
+                out.write(line)
+
+
+def _lines(src):
+    """Lines as they come (a partial line is passed on when the pipe has nothing more for now)."""
+    buf = b""
+    while True:
+        chunk = src.read(65536)
+        if not chunk:
+            if buf:
+                yield buf
+            return
+        buf += chunk
+        *whole, buf = buf.split(b"\n")
+        for line in whole:
+            yield line + b"\n"
+        if buf and not buf.startswith(JVM_NOISE[0][: len(buf)]):
+            yield buf
+            buf = b""
+
+
+def silence(spark) -> None:
+    """Spark quiet, for a run stopping on an operator's signal: stopping the query cancels the micro-batch being
+    read, and Spark 4.2 reports that as log4j errors, as py4j's error log of the failed ``foreachBatch`` call with
+    its Java trace, and (the stream thread matching a regex against that trace) as a ``StackOverflowError`` of a
+    thousand lines that the JVM prints on stderr itself. None of it is news then, and none of it changes what is
+    committed: log4j off, py4j's and pyspark's Python loggers off, the JVM's stderr dropped."""
+    _JVM_QUIET.set()
+    for name in ("py4j", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    with contextlib.suppress(Exception):
+        spark.sparkContext.setLogLevel("OFF")
 
 
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
@@ -263,7 +399,7 @@ def check_executors(spark, settings: Settings, master: str, digest: str) -> list
     t = threading.Thread(target=job, name="applier-executor-check", daemon=True)
     t.start()
     t.join(timeout)
-    sc.setLogLevel("WARN")
+    sc.setLogLevel(spark_log_level())
     python = workers_python(settings, master) or "python3"
     if t.is_alive():
         sc.cancelJobGroup("applier-startup-check")

@@ -38,6 +38,16 @@ DDL the stream does not carry - every DDL for ``avro``, the CREATE TABLEs when a
 it to the target (:func:`apply_target_ddl`) before the applier consumes ``messages[index]``. Applying all of
 them up front is fine for this generator's DDL (CREATE TABLEs and one nullable ADD COLUMN).
 
+From the command line, a sample changefeed goes into a topic of one's own, to try a configuration against it::
+
+    python -m applier.devtools.changefeed --bootstrap HOST:PORT --topic T --protocol canal-json
+        [--partitions 3] [--txns 300] [--seed 7] [--start-ms MS] [--registry URL (avro)] [--expected FILE]
+
+It creates the topic when it is missing (``--partitions`` partitions; an existing topic must have at least that
+many), writes the messages and prints what it wrote, the ``[source]`` settings that read it, and the tables a
+replica of it ends with (``--expected FILE``: their rows as JSON). ``avro`` writes one topic per table, named
+``<T>-<table>``, and registers its schemas with the registry at ``--registry``.
+
 ``mid_stream=True`` (Simple only) writes the stream a consumer sees when it starts after the tables were created
 (after a retention cut, or a changefeed started later, with a replica seeded while the tables were empty): no
 CREATE TABLE and no first BOOTSTRAP, so the first messages are row changes the decoder cannot decode yet and
@@ -141,13 +151,13 @@ class Workload:
 class _Gen:
     def __init__(self, protocol: str, partitions: int, seed: int, rows_per_message: int, *,
                  registry: Any = None, topic_prefix: str | None = None, mid_stream: bool = False,
-                 omit_ddl: tuple[str, ...] = ()) -> None:
+                 omit_ddl: tuple[str, ...] = (), start_ms: int | None = None) -> None:
         from applier.devtools.encoders.open import encode_open, encode_open_batch
         self.protocol = protocol
         self.parts = partitions
         self.rng = random.Random(seed)
         self.wl = Workload(protocol, partitions)
-        self.ts_ms = int(time.time() * 1000) - 60_000
+        self.ts_ms = int(time.time() * 1000) - 60_000 if start_ms is None else start_ms
         self.logical = 0
         self.history: list[tuple[int, int, Any]] = []  # (ts, partition, event) for replays
         self.pending: dict[int, list[Any]] = {p: [] for p in range(partitions)}
@@ -435,7 +445,7 @@ class _Gen:
 def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int = 7, replays: int = 3,
              with_ddl: bool = True, rows_per_message: int = 4, registry: Any = None,
              topic_prefix: str | None = None, mid_stream: bool = False, bootstrap_every: int = 50,
-             omit_ddl: tuple[str, ...] = ()) -> Workload:
+             omit_ddl: tuple[str, ...] = (), start_ms: int | None = None) -> Workload:
     """A complete changefeed: DDL, ``txns`` transactions with resolved ts at a cadence, replays, final resolved.
 
     ``protocol`` is one of :data:`PROTOCOLS` (see the module docstring). ``avro`` needs ``registry`` (an object
@@ -445,6 +455,8 @@ def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int =
     ``mid_stream`` to leave out the CREATE TABLEs and the first BOOTSTRAP (they go to ``target_ddl``).
     ``omit_ddl``: statement kinds ("CREATE", "ALTER") the stream leaves out (they go to ``target_ddl``), as when a
     changefeed starts after them; the rows still carry the columns they add (schema from the stream).
+    ``start_ms``: the physical time of the first commit ts (ms since the epoch; default a minute ago): with the
+    same ``seed`` and options the same stream again, timestamps included.
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
@@ -454,7 +466,7 @@ def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int =
     if mid_stream and not simple:
         raise ValueError("mid_stream is for the simple protocol (the only one that holds rows for a schema)")
     g = _Gen(protocol, partitions, seed, rows_per_message, registry=registry, topic_prefix=topic_prefix,
-             mid_stream=mid_stream, omit_ddl=omit_ddl)
+             mid_stream=mid_stream, omit_ddl=omit_ddl, start_ms=start_ms)
     if with_ddl:
         g.ddl("orders", ORDERS_DDL)
         g.ddl("customers", CUSTOMERS_DDL)
@@ -507,7 +519,9 @@ def produce(bootstrap: str, topic: str | None, messages: Iterable[Message], *,
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap}) if create else None
+    # log_level 3: librdkafka's errors only (not its notes such as an idempotent producer's "Coordinator load in
+    # progress: retrying" on a fresh broker)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}) if create else None
     known: set[str] = set()
 
     def ensure(name: str) -> None:
@@ -524,7 +538,7 @@ def produce(bootstrap: str, topic: str | None, messages: Iterable[Message], *,
     if topic is not None:
         ensure(topic)
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
-                     "compression.type": "lz4", "message.max.bytes": 10_000_000})
+                     "compression.type": "lz4", "message.max.bytes": 10_000_000, "log_level": 3})
     n = 0
     for msg in messages:
         if len(msg) > 3:
@@ -572,3 +586,141 @@ def apply_target_ddl(engine: Any, ddls: Iterable[DDL], route: Callable[[str, str
             for stmt in tr.statements:
                 conn.exec_driver_sql(stmt, execution_options=VERBATIM)
             conn.commit()
+
+
+# ---- the command line: a sample changefeed into a topic of one's own --------------------------------------------
+
+SAMPLE_DEFAULTS = {"partitions": 3, "txns": 300, "seed": 7}
+
+
+def _toml(v: Any) -> str:
+    import json
+
+    return json.dumps(v) if isinstance(v, (str, bool, int, float)) else json.dumps(str(v))
+
+
+def describe(wl: Workload, bootstrap: str, topic: str, written: int) -> str:
+    """What :func:`main` prints: the messages written, the ``[source]`` that reads them, the expected tables."""
+    topics = wl.topics or [topic]
+    lines = [f"wrote {written} TiCDC {wl.protocol} messages ({wl.events} events) to {', '.join(topics)} on "
+             f"{bootstrap} ({wl.partitions} partition(s) each)",
+             "",
+             "read it with (consistency: " + ("transactional, resolved-ts gated)" if wl.gated else
+                                             "per-key order: this protocol has no watermark)"),
+             "  [source]",
+             f"  bootstrap_servers = {_toml(bootstrap)}",
+             f"  topics = [{', '.join(_toml(t) for t in topics)}]",
+             f"  protocol = {_toml(wl.source_protocol)}"]
+    if wl.codec:
+        lines.append("  [source.codec]")
+        lines += [f"  {k} = {_toml(v)}" for k, v in sorted(wl.codec.items())]
+    lines += ["  [[route]]", '  match = "shop.*"', '  schema = "shop_replica"    # any target schema',
+              "  [[route]]", '  match = "shop.audit_*"     # shop.audit_log is in the stream, not in the tables below',
+              "  ignore = true"]
+    if wl.target_ddl:
+        lines += ["", "the stream carries no DDL for these: create the tables in the target first (the applier's "
+                  "translation of this upstream DDL), or set [target] schema_evolution = \"evolve\":"]
+        lines += [f"  {d.query}" for _, d in wl.target_ddl]
+    total = sum(len(rows) for rows in wl.expected.values())
+    lines += ["", f"expected tables once everything is applied ({total} rows; upstream schema {SCHEMA}):"]
+    lines += [f"  {SCHEMA}.{t}: {len(rows)} rows, {wl.row_changes.get(t, 0)} row changes"
+              for t, rows in sorted(wl.expected.items())]
+    return "\n".join(lines)
+
+
+def write_expected(path: str, wl: Workload) -> None:
+    import json
+
+    doc = {f"{SCHEMA}.{t}": [row for _, row in sorted(rows.items(), key=lambda kv: repr(kv[0]))]
+           for t, rows in sorted(wl.expected.items())}
+    with open(path, "w") as fh:
+        json.dump(doc, fh, indent=1, default=str)
+
+
+def _topic_partitions(bootstrap: str, topic: str) -> int | None:
+    """How many partitions ``topic`` has (None: it does not exist)."""
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(timeout=30)
+    t = meta.topics.get(topic)
+    return None if t is None or t.error is not None else len(t.partitions)
+
+
+def _unreachable(bootstrap: str) -> str:
+    """'' when a bootstrap server accepts a connection, else what each said (librdkafka would retry for ever)."""
+    import socket
+
+    errors = []
+    for item in bootstrap.split(","):
+        host, _, port = item.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+                return ""
+        except (OSError, ValueError) as exc:
+            errors.append(f"{item.strip()} ({getattr(exc, 'strerror', None) or exc})")
+    return ", ".join(errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m applier.devtools.changefeed``: see the module docstring. Exit 0 written, 2 a bad option or
+    a topic with too few partitions, 5 Kafka (or the registry) unreachable."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m applier.devtools.changefeed",
+                                 description="Write a sample TiCDC changefeed (several tables, DDL, key-changing "
+                                 "updates, at-least-once replays) into a Kafka topic, to try an applier "
+                                 "configuration against it.")
+    ap.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka bootstrap server(s)")
+    ap.add_argument("--topic", required=True, help="the topic (created when missing); avro: the prefix of its "
+                    "per-table topics")
+    ap.add_argument("--protocol", default="canal-json", choices=PROTOCOLS,
+                    help="canal-json (with the TiDB extension), canal-json-noext, open, simple, simple-avro, "
+                    "debezium, avro (default canal-json)")
+    ap.add_argument("--partitions", type=int, default=SAMPLE_DEFAULTS["partitions"],
+                    help="partitions of a topic created here, and the partitions the changefeed dispatches to")
+    ap.add_argument("--txns", type=int, default=SAMPLE_DEFAULTS["txns"], help="upstream transactions (default 300)")
+    ap.add_argument("--seed", type=int, default=SAMPLE_DEFAULTS["seed"], help="random seed (the same seed and "
+                    "options write the same rows)")
+    ap.add_argument("--start-ms", type=int, metavar="MS", help="physical time of the first commit ts, in ms since "
+                    "the epoch (default: a minute ago); with the same --seed the same stream, timestamps included")
+    ap.add_argument("--registry", metavar="URL", help="schema registry (Confluent API) for --protocol avro")
+    ap.add_argument("--expected", metavar="FILE", help="also write the expected tables' rows as JSON")
+    args = ap.parse_args(argv)
+    if args.partitions < 1 or args.txns < 1:
+        print("--partitions and --txns must be at least 1", file=sys.stderr)
+        return 2
+    registry = None
+    if args.protocol == "avro":
+        if not args.registry:
+            print("--protocol avro needs --registry URL (a Confluent-compatible schema registry)", file=sys.stderr)
+            return 2
+        from applier.codecs.registry import RegistryClient
+
+        registry = RegistryClient(args.registry, timeout=10, retries=3)
+    unreachable = _unreachable(args.bootstrap)
+    if unreachable:
+        print(f"cannot connect to Kafka at {unreachable}", file=sys.stderr)
+        return 5
+    try:
+        if args.protocol != "avro":
+            have = _topic_partitions(args.bootstrap, args.topic)
+            if have is not None and have < args.partitions:
+                print(f"topic {args.topic} has {have} partition(s): pass --partitions {have} (or fewer), or use a "
+                      "new topic", file=sys.stderr)
+                return 2
+        wl = generate(args.protocol, partitions=args.partitions, txns=args.txns, seed=args.seed, registry=registry,
+                      topic_prefix=args.topic if args.protocol == "avro" else None, start_ms=args.start_ms)
+        n = produce(args.bootstrap, None if wl.topics else args.topic, wl.messages, partitions=args.partitions)
+    except Exception as exc:  # noqa: BLE001 - Kafka or the registry: one line, not a traceback
+        print(f"cannot write the changefeed to {args.bootstrap}: {exc}", file=sys.stderr)
+        return 5
+    print(describe(wl, args.bootstrap, args.topic, n))
+    if args.expected:
+        write_expected(args.expected, wl)
+        print(f"expected rows written to {args.expected}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

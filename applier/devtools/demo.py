@@ -2,7 +2,8 @@
 
 Starts local Kafka and the chosen database (``python -m applier.devtools.services``), writes a sample TiCDC changefeed
 (several tables, DDL, PK-changing updates, replays) into a topic, applies it with ``--until-caught-up``, then
-checks the target against the stream's expected final state and prints the status.
+checks the target against the stream's expected final state and prints the status. The same changefeed goes into a
+topic of one's own with ``python -m applier.devtools.changefeed`` (applier.devtools.changefeed.main).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def demo(target: str = "mariadb", protocol: str = "canal-json") -> int:
     }
     settings = parse_config(cfg, source="<demo>")
     res = run(settings, until_caught_up=True, progress=True)
+    if res.signal is not None:  # Ctrl-C: the run stopped after its micro-batch; nothing to compare yet
+        print(f"demo stopped on signal {res.signal}: run it again to start over", file=sys.stderr)
+        return 128 + res.signal
     print(f"applied {res.report.applied.rows} row changes and {res.report.applied.ddls} DDL in {res.batches} batch(es)")
     engine = make_engine(settings)
     try:
@@ -53,4 +57,6 @@ def demo(target: str = "mariadb", protocol: str = "canal-json") -> int:
     print(f"target {schema} equals the upstream state row for row "
           f"({sum(len(v) for v in wl.expected.values())} rows in {len(wl.expected)} tables). "
           "Stop the local services with: python -m applier.devtools.services stop")
+    print(f"To try a configuration of your own on such a changefeed: python -m applier.devtools.changefeed "
+          f"--bootstrap {urls.kafka} --topic TOPIC --protocol {protocol} (it prints the [source] to read it with)")
     return 0

@@ -73,3 +73,46 @@ def test_java_cause_unwraps_to_the_innermost_exception() -> None:
     assert java_cause(Py4J("An error occurred while calling o46.listTopics.")) == \
         "org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed"
     assert java_cause(ValueError("plain\nmore")) == "plain"
+
+
+def test_a_run_stopped_by_a_signal_prints_one_line_and_exits_128_plus_its_number(tmp_path, capsys,
+                                                                                  monkeypatch) -> None:
+    import signal
+
+    import applier.pipeline
+    from applier.processor import BatchReport
+
+    res = applier.pipeline.RunResult(3, BatchReport(applied_ts=42), signal=signal.SIGTERM)
+    monkeypatch.setattr(applier.pipeline, "run", lambda *a, **k: res)
+    assert main(["run", "-c", write(tmp_path, GOOD)]) == 128 + signal.SIGTERM
+    out = capsys.readouterr()
+    assert out.out == ""
+    # the target (unreachable here) is asked first; this run's own applied ts stands in for it
+    assert out.err.splitlines() == ["stopping on SIGTERM: progress is committed up to applied ts 42 "
+                                    "(applier_pipelines.applied_ts), after 3 micro-batch(es) in this run; run again "
+                                    "to go on"]
+
+
+def test_a_second_run_says_the_pipeline_is_running_whatever_the_metrics_port(tmp_path, capsys) -> None:
+    """The per-pipeline lock comes before the metrics endpoint: a second run used to stop with "Address already
+    in use" (exit 2), naming no running pipeline."""
+    import fcntl
+    import socket
+
+    with socket.socket() as broker, socket.socket() as metrics:
+        broker.bind(("127.0.0.1", 0))
+        broker.listen()  # a "Kafka" that accepts connections: the run gets as far as it can without one
+        metrics.bind(("127.0.0.1", 0))
+        metrics.listen()  # the running pipeline's metrics port
+        text = GOOD.replace('"127.0.0.1:1"\ntopics', f'"127.0.0.1:{broker.getsockname()[1]}"\ntopics')
+        cfg = write(tmp_path, text + f"[metrics]\nport = {metrics.getsockname()[1]}\n")
+        lock = tmp_path / "ck" / "applier.lock"
+        lock.parent.mkdir(parents=True)
+        with open(lock, "a+") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the running pipeline holds it
+            held.write("pid 4242, started 2026-01-01 00:00:00 +0000")
+            held.flush()
+            assert main(["run", "-c", cfg]) == 1
+    err = capsys.readouterr().err
+    assert "pipeline p is already running on this host (pid 4242, started 2026-01-01 00:00:00 +0000)" in err
+    assert "Address already in use" not in err and "cannot serve metrics" not in err

@@ -110,10 +110,13 @@ def test_lags_per_table_freshness_and_the_lowest_partition_with_a_fixed_clock(en
         "  global resolved ts held back by: t[1] (2.5 s behind the next slowest partition)",
     ]
     assert text[-2:] == [
-        f"    shop.items -> main.items  applied ts {tso(60.0)}  rows 40  last change 60.0 s ago  "
+        f"    shop.items -> main.items  applied ts {tso(60.0)}  row changes 40  last change 60.0 s ago  "
         "freshness lag 2.5 s",
-        f"    shop.orders -> main.orders  applied ts {applied}  rows 2  last change 2.5 s ago  freshness lag 2.5 s",
+        f"    shop.orders -> main.orders  applied ts {applied}  row changes 2  last change 2.5 s ago  "
+        "freshness lag 2.5 s",
     ]
+    # the counts are of row changes applied (an update counts once), not rows in the table: say so
+    assert text[4].startswith("  batches 3, row changes applied 42, DDL {}, ")
     assert json.loads(json.dumps(st, default=str))["resolved_stuck_by"][0]["behind_seconds"] == 2.5
 
 

@@ -132,3 +132,67 @@ def test_missing_java_names_the_install_command(monkeypatch, tmp_path):
     with pytest.raises(SetupError) as err:
         java_binary()
     assert "Java 11" in str(err.value) and "openjdk-17" in str(err.value)
+
+
+# ---- Spark's own output (issue 24, point 5: a normal run prints only the applier's lines) -----------------------
+
+def test_the_drivers_log4j_file_goes_first_so_one_of_spark_conf_wins(tmp_path):
+    from applier.session import write_log_config
+
+    path = write_log_config(tmp_path)
+    ours = f"-Dlog4j2.configurationFile={path.resolve().as_uri()}"
+    conf = session_conf(settings(), "local[2]", jars=[], python=None, shipped=None, log_config=path)
+    assert conf["spark.driver.extraJavaOptions"] == ours
+    theirs = "-Dlog4j2.configurationFile=file:/etc/mine.properties -Xss4m"
+    conf = session_conf(settings(conf={"spark.driver.extraJavaOptions": theirs}), "local[2]", jars=[], python=None,
+                        shipped=None, log_config=path)
+    assert conf["spark.driver.extraJavaOptions"] == f"{ours} {theirs}"  # the JVM takes the last -D: theirs
+    assert "spark.driver.extraJavaOptions" not in session_conf(settings(), "local[2]", jars=[], python=None,
+                                                               shipped=None)  # under spark-submit: none
+
+
+def test_spark_logs_errors_only_unless_the_applier_logs_at_info(tmp_path):
+    import logging
+
+    from applier.session import QUIET_LOGGERS, spark_log_level, write_log_config
+
+    log = logging.getLogger("applier")
+    old = log.level
+    try:
+        log.setLevel(logging.WARNING)
+        assert spark_log_level() == "ERROR"
+        text = write_log_config(tmp_path).read_text()
+        assert "rootLogger.level = error" in text
+        # without the gateway's logger at the root's level Spark prints "Setting default log level" at each start
+        assert "logger.repl.name = org.apache.spark.api.python.PythonGatewayServer" in text
+        assert "logger.repl.level = error" in text
+        assert all(f"name = {name}" in text for name in QUIET_LOGGERS)
+        log.setLevel(logging.INFO)  # -v
+        assert spark_log_level() == "WARN" and "rootLogger.level = warn" in write_log_config(tmp_path).read_text()
+    finally:
+        log.setLevel(old)
+
+
+def test_the_jvms_incubator_notice_is_dropped_and_everything_else_passes(capfd):
+    import subprocess
+    import sys
+    import time
+
+    from applier.session import jvm_stderr_filtered
+
+    code = ("import sys; sys.stderr.write('WARNING: Using incubator modules: jdk.incubator.vector\\n'); "
+            "sys.stderr.write('26/11/28 06:18:03 ERROR Something: a real problem\\n'); "
+            "sys.stderr.write('no newline')")
+    with jvm_stderr_filtered():
+        proc = subprocess.Popen([sys.executable, "-c", code])  # started inside: it keeps the pipe (as the JVM)
+    proc.wait()
+    sys.stderr.write("the applier's own line\n")
+    deadline = time.monotonic() + 10
+    err = ""
+    while time.monotonic() < deadline:
+        err += capfd.readouterr().err
+        if "no newline" in err:
+            break
+        time.sleep(0.05)
+    assert "incubator" not in err
+    assert "ERROR Something: a real problem\n" in err and "the applier's own line\n" in err and "no newline" in err
