@@ -11,7 +11,8 @@ from pathlib import Path
 from applier import migrate
 from applier.codecs import get_decoder
 from applier.devtools.encoders.open import encode_open, encode_open_batch
-from applier.events import KafkaMessage, RowChange, SourcePosition
+from applier.devtools.changefeed import Workload
+from applier.events import DDL, KafkaMessage, RowChange, SourcePosition
 from applier.processor import BatchProcessor
 from applier.progress import ProgressStore
 
@@ -115,3 +116,26 @@ def processor(engine, name: str, route, **kw) -> BatchProcessor:
         state = store.load(c)
     return BatchProcessor(engine=engine, decoder=get_decoder("open"), route=route, store=store, state=state,
                           partitions=[(TOPIC, 0)], **kw)
+
+
+# ---- a generated changefeed's tables as of a TSO --------------------------------------------------------------
+
+def state_as_of(wl: Workload, ts: int) -> dict[str, dict[tuple, dict]]:
+    """Upstream's routed tables after every change committed at or before ``ts`` (key -> row, as
+    ``Workload.expected`` has them)."""
+    tables: dict[str, dict[tuple, dict]] = {t: {} for t in wl.expected}
+    for ch in wl.changes:
+        if not isinstance(ch, RowChange) or ch.commit_ts > ts or ch.table not in tables:
+            continue
+        rows = tables[ch.table]
+        if ch.before is not None:
+            rows.pop((ch.before["id"],), None)
+        if ch.after is not None:
+            rows[(ch.after["id"],)] = dict(ch.after)
+    altered = any(isinstance(ch, DDL) and "ADD COLUMN" in ch.query and ch.commit_ts <= ts for ch in wl.changes)
+    for row in tables["orders"].values():
+        if altered:
+            row.setdefault("status", None)  # rows from before the ALTER hold NULL there
+        else:
+            row.pop("status", None)  # the column does not exist yet (the generator's final rows share these)
+    return tables

@@ -135,8 +135,10 @@ def test_spark_submit_client_mode(urls, cluster, unique, drop_schema, tmp_path) 
         engine.dispose()
 
 
-def test_unreachable_master_is_named(tmp_path, urls) -> None:
-    cfg = config(urls, "mariadb", "canal-json", "never-read", "shop_never", tmp_path / "ckpt")
+def test_unreachable_master_is_named(tmp_path, urls, unique) -> None:
+    topic = f"never-read-{unique}"
+    produce(urls.kafka, topic, [], partitions=1)  # it exists (a missing topic is found before Spark starts)
+    cfg = config(urls, "mariadb", "canal-json", topic, "shop_never", tmp_path / "ckpt")
     cfg["spark"] = {"master": f"spark://127.0.0.1:{free_port()}"}
     t0 = time.monotonic()
     res = _applier("run", "-c", str(write_toml(tmp_path / "c.toml", cfg)), "--until-caught-up", timeout=120)

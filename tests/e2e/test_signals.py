@@ -27,10 +27,9 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from applier import progress as P
-from applier.devtools.changefeed import Workload, generate, produce
+from applier.devtools.changefeed import generate, produce
 from applier.devtools.verify import compare_tables
-from applier.events import DDL, RowChange
-from tests.e2e.helpers import REPO, config, target_url, write_toml
+from tests.e2e.helpers import REPO, config, state_as_of, target_url, write_toml
 
 pytestmark = pytest.mark.e2e
 
@@ -38,25 +37,7 @@ APPLIER = str(Path(sys.executable).parent / "applier")  # the console script an 
 STOP_WITHIN = 20  # seconds from the signal to the exit: the batch being applied finishes first (a loaded machine)
 
 
-def state_as_of(wl: Workload, ts: int) -> dict[str, dict[tuple, dict]]:
-    """Upstream's routed tables after every change committed at or before ``ts`` (key -> row, as
-    ``Workload.expected`` has them; as tests/e2e/test_start_stop_ts.py works them out)."""
-    tables: dict[str, dict[tuple, dict]] = {t: {} for t in wl.expected}
-    for ch in wl.changes:
-        if not isinstance(ch, RowChange) or ch.commit_ts > ts or ch.table not in tables:
-            continue
-        rows = tables[ch.table]
-        if ch.before is not None:
-            rows.pop((ch.before["id"],), None)
-        if ch.after is not None:
-            rows[(ch.after["id"],)] = dict(ch.after)
-    altered = any(isinstance(ch, DDL) and "ADD COLUMN" in ch.query and ch.commit_ts <= ts for ch in wl.changes)
-    for row in tables["orders"].values():
-        if altered:
-            row.setdefault("status", None)  # rows from before the ALTER hold NULL there
-        else:
-            row.pop("status", None)  # the column does not exist yet
-    return tables
+
 
 
 def progress_of(engine, name: str) -> tuple[int, int]:

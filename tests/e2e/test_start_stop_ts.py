@@ -27,34 +27,13 @@ from applier.devtools.changefeed import Workload, apply_target_ddl, generate, pr
 from applier.devtools.verify import compare_tables
 from applier.events import DDL, RowChange
 from applier.pipeline import router_for, run
-from tests.e2e.helpers import config, target_url
+from tests.e2e.helpers import config, state_as_of, target_url
 
 pytestmark = pytest.mark.e2e
 
 TXNS = 150
 MAX_OFFSETS = 200  # several micro-batches before T, and Kafka's resolved ts well past T when the run stops
 SEED = 7
-
-
-def state_as_of(wl: Workload, ts: int) -> dict[str, dict[tuple, dict]]:
-    """Upstream's routed tables after every change committed at or before ``ts`` (key -> row, as
-    ``Workload.expected`` has them)."""
-    tables: dict[str, dict[tuple, dict]] = {t: {} for t in wl.expected}
-    for ch in wl.changes:
-        if not isinstance(ch, RowChange) or ch.commit_ts > ts or ch.table not in tables:
-            continue
-        rows = tables[ch.table]
-        if ch.before is not None:
-            rows.pop((ch.before["id"],), None)
-        if ch.after is not None:
-            rows[(ch.after["id"],)] = dict(ch.after)
-    altered = any(isinstance(ch, DDL) and "ADD COLUMN" in ch.query and ch.commit_ts <= ts for ch in wl.changes)
-    for row in tables["orders"].values():
-        if altered:
-            row.setdefault("status", None)  # rows from before the ALTER hold NULL there
-        else:
-            row.pop("status", None)  # the column does not exist yet (the generator's final rows share these)
-    return tables
 
 
 def seed_snapshot(engine, wl: Workload, ts: int, route) -> None:

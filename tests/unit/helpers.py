@@ -161,3 +161,22 @@ def write_conf(tmp_path: Path, text: str = CLI_CONF) -> str:
     p = tmp_path / "c.toml"
     p.write_text(text.format(ckpt=tmp_path / "ck"))
     return str(p)
+
+
+def same_events(got: list, want: list) -> None:
+    """Two decodes' events are the same: types, positions, sizes, column metadata, and values exactly (same
+    types: Decimal stays Decimal, bytes stay bytes; same key order)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert type(g) is type(w)
+        if isinstance(w, RowChange):
+            assert (g.schema, g.table, g.commit_ts, g.op, g.position, g.size, g.columns) == \
+                   (w.schema, w.table, w.commit_ts, w.op, w.position, w.size, w.columns)
+            # values exactly: same types (Decimal stays Decimal, bytes stay bytes), same key order
+            for gi, wi in ((g.before, w.before), (g.after, w.after)):
+                assert (gi is None) == (wi is None)
+                if wi is not None:
+                    assert list(gi.items()) == list(wi.items())
+                    assert [type(v) for v in gi.values()] == [type(v) for v in wi.values()]
+        else:
+            assert g == w

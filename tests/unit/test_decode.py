@@ -13,6 +13,7 @@ from applier.codecs import decodes_alone, get_decoder
 from applier.config import ConfigError, parse_config
 from applier.events import DDL, DecodeError, KafkaMessage, Resolved, RowChange, SourcePosition
 from applier.devtools.changefeed import generate
+from tests.unit.helpers import same_events
 
 OPTIONS = {"open": (), "canal-json": ()}
 
@@ -50,23 +51,6 @@ def _on_workers(protocol: str, msgs: list[KafkaMessage], *, stop_at_error: bool,
     return out
 
 
-def _same_events(got: list, want: list) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert type(g) is type(w)
-        if isinstance(w, RowChange):
-            assert (g.schema, g.table, g.commit_ts, g.op, g.position, g.size, g.columns) == \
-                   (w.schema, w.table, w.commit_ts, w.op, w.position, w.size, w.columns)
-            # values exactly: same types (Decimal stays Decimal, bytes stay bytes), same key order
-            for gi, wi in ((g.before, w.before), (g.after, w.after)):
-                assert (gi is None) == (wi is None)
-                if wi is not None:
-                    assert list(gi.items()) == list(wi.items())
-                    assert [type(v) for v in gi.values()] == [type(v) for v in wi.values()]
-        else:
-            assert g == w
-
-
 @pytest.mark.parametrize("protocol", ["open", "canal-json"])
 @pytest.mark.parametrize("chunk_messages", [2048, 7])
 def test_worker_chunks_rebuild_the_driver_decode_in_order(protocol, chunk_messages, monkeypatch) -> None:
@@ -77,7 +61,7 @@ def test_worker_chunks_rebuild_the_driver_decode_in_order(protocol, chunk_messag
     assert got.messages == want.messages == len(msgs)
     assert {type(e) for e in want.events} >= {RowChange, DDL, Resolved}
     assert all(e.size > 0 for e in want.events if isinstance(e, (RowChange, DDL)))
-    _same_events(got.events, want.events)
+    same_events(got.events, want.events)
     assert got.empty == want.empty and got.errors == want.errors == []
 
 
@@ -105,7 +89,7 @@ def test_bad_record_comes_back_with_its_bytes_and_later_records_still_decode() -
     exc = got.errors[0][1]
     assert isinstance(exc, DecodeError) and exc.position == msgs[10].position and "not valid JSON" in exc.reason
     want = D.decode_messages(get_decoder("canal-json"), msgs, stop_at_error=False)
-    _same_events(got.events, want.events)
+    same_events(got.events, want.events)
 
 
 def test_in_stop_mode_the_first_bad_record_is_what_the_driver_raises() -> None:
@@ -222,7 +206,7 @@ def test_debezium_decodes_alone_and_its_worker_chunks_rebuild_the_driver_decode(
     got = _on_workers("debezium", msgs, stop_at_error=True, slices=3)
     assert got.messages == want.messages == len(msgs)
     assert {type(e) for e in want.events} >= {RowChange, DDL}
-    _same_events(got.events, want.events)
+    same_events(got.events, want.events)
     assert got.empty == want.empty and got.errors == want.errors == []
 
 
@@ -253,7 +237,7 @@ def test_avro_decodes_alone_and_its_worker_chunks_rebuild_the_driver_decode(monk
     want = D.decode_messages(AvroDecoder(registry=reg), msgs, stop_at_error=True)
     got = _on_workers("avro", msgs, stop_at_error=True, slices=2)
     assert sum(type(e) is RowChange for e in want.events) > 100  # (flat Avro carries no DDL)
-    _same_events(got.events, want.events)
+    same_events(got.events, want.events)
     assert got.empty == want.empty and got.errors == want.errors == []
 
 

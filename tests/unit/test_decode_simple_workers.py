@@ -23,6 +23,7 @@ from applier.codecs.simple import SchemaSnapshot, SimpleDecoder
 from applier.config import parse_config
 from applier.devtools.changefeed import generate
 from applier.events import DecodeError, KafkaMessage, RowChange
+from tests.unit.helpers import same_events
 
 TOPIC = "t"
 
@@ -127,19 +128,7 @@ def _map(rng: random.Random, batch: list[list[KafkaMessage]], snap: SchemaSnapsh
 
 def _same(got: D.Decoded, want: D.Decoded) -> None:
     assert got.messages == want.messages
-    assert len(got.events) == len(want.events)
-    for g, w in zip(got.events, want.events):
-        assert type(g) is type(w)
-        if isinstance(w, RowChange):
-            assert (g.schema, g.table, g.commit_ts, g.op, g.position, g.size, g.columns) == \
-                   (w.schema, w.table, w.commit_ts, w.op, w.position, w.size, w.columns)
-            for gi, wi in ((g.before, w.before), (g.after, w.after)):
-                assert (gi is None) == (wi is None)
-                if wi is not None:
-                    assert list(gi.items()) == list(wi.items())
-                    assert [type(v) for v in gi.values()] == [type(v) for v in wi.values()]
-        else:
-            assert g == w
+    same_events(got.events, want.events)
     assert got.empty == want.empty
     assert [(m, str(e), e.position, e.held_message, e.table, e.rowless) for m, e in got.errors] == \
            [(m, str(e), e.position, e.held_message, e.table, e.rowless) for m, e in want.errors]
