@@ -188,6 +188,15 @@ def spark_session(settings: Settings, app_name: str | None = None):
     return spark
 
 
+# The driver JVM compiles with C1 only. On a local master it is also the executor: the Kafka source, the Arrow
+# exchange with the Python workers and toArrow() all run in it. C2's compiler threads spend CPU on the same two
+# cores for most of a catch-up (docs/benchmarks.md, round 5): without them Spark's Kafka read cost 7.1-8.4 instead
+# of 10.4-12.5 us of JVM CPU per message over 2M messages, and a whole-process 1M Canal-JSON catch-up into
+# PostgreSQL took 0.86x the time, its first batch applied 7 s sooner. A later -XX:TieredStopAtLevel in
+# [spark.conf] "spark.driver.extraJavaOptions" wins (4 restores C2).
+DRIVER_JIT = "-XX:TieredStopAtLevel=1"
+
+
 def session_conf(settings: Settings, master: str, *, jars: list[str], python: str | None,
                  shipped: str | None, log_config: Path | None = None) -> dict[str, str]:
     """Every Spark setting the session is built with: the applier's defaults, then ``[spark.conf]`` over them.
@@ -207,8 +216,8 @@ def session_conf(settings: Settings, master: str, *, jars: list[str], python: st
     if python:
         conf["spark.pyspark.python"] = python
     conf.update(settings.spark.conf)
-    if log_config is not None:
-        ours = f"-Dlog4j2.configurationFile={log_config.resolve().as_uri()}"
+    if log_config is not None:  # the applier starts the driver's JVM (under spark-submit it runs already)
+        ours = f"{DRIVER_JIT} -Dlog4j2.configurationFile={log_config.resolve().as_uri()}"
         conf["spark.driver.extraJavaOptions"] = " ".join(
             p for p in (ours, settings.spark.conf.get("spark.driver.extraJavaOptions", "")) if p)
     if shipped:

@@ -140,7 +140,7 @@ def test_the_drivers_log4j_file_goes_first_so_one_of_spark_conf_wins(tmp_path):
     from applier.session import write_log_config
 
     path = write_log_config(tmp_path)
-    ours = f"-Dlog4j2.configurationFile={path.resolve().as_uri()}"
+    ours = f"-XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile={path.resolve().as_uri()}"  # C1 only: round 5
     conf = session_conf(settings(), "local[2]", jars=[], python=None, shipped=None, log_config=path)
     assert conf["spark.driver.extraJavaOptions"] == ours
     theirs = "-Dlog4j2.configurationFile=file:/etc/mine.properties -Xss4m"
