@@ -124,7 +124,10 @@ class Applier:
         self._mode_tables: dict[int, tuple[TableMeta, tuple[str, ...]]] = {}  # id(meta) -> (meta, upstream key)
         # [target] schema_evolution (applier/evolve.py): none | create | evolve
         self.schema_evolution = schema_evolution
-        self._shape_ready: dict[tuple[str, str], tuple] = {}  # upstream table -> the column tuple checked last
+        # upstream table -> the column tuples checked since the last DDL (a few per table: TiCDC's canal-json gives
+        # an INT UNSIGNED column sqlType INT or BIGINT by the row's value, so a table's rows alternate between two
+        # column tuples, and remembering only the last one re-checked every other row: 6 us per row change)
+        self._shape_ready: dict[tuple[str, str], list[tuple]] = {}
         self._ran: list[str] = []  # the statements of the DDL being applied that ran (for a refusal's record)
 
     # ---- entry point -----------------------------------------------------------------------------------
@@ -151,12 +154,14 @@ class Applier:
                         chunk, progress = [], {}
                         ready.clear()  # a DDL may have changed any table's shape
                         continue
-                    if evolving and ready.get((ev.schema, ev.table)) is not ev.columns:
+                    if evolving and not _is_ready(ready.get((ev.schema, ev.table)), ev.columns):
                         made = self._schema_from_stream(conn, ev)
                         if made is not None:
                             tx = self._between(conn, tx, made, chunk, progress, rel, stats)
                             chunk, progress = [], {}
-                            ready[(ev.schema, ev.table)] = ev.columns  # (a skipped one fails at the write, loudly)
+                            # the other shapes are checked again against the changed table; (a skipped one fails
+                            # at the write, loudly)
+                            ready[(ev.schema, ev.table)] = [ev.columns]
                     chunk.append(ev)
                     if len(chunk) >= self.chunk_events:
                         self._write_rows(conn, chunk, progress, stats)
@@ -219,7 +224,7 @@ class Applier:
                 raise ApplyError(f"{exc} (row change at {ev.position}, commit ts {ev.commit_ts}; [target] "
                                  f"schema_evolution = \"{self.schema_evolution}\")") from None
         if query is None:
-            self._shape_ready[(ev.schema, ev.table)] = ev.columns
+            _mark_ready(self._shape_ready, (ev.schema, ev.table), ev.columns)
             return None
         log.info("schema from the stream: %s needs %s", shown(*target), query[:300], extra={"position": ev.position})
         return evolve.schema_ddl(ev, query)
@@ -684,3 +689,25 @@ def _printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+# column tuples remembered as ready per table; beyond this the oldest is forgotten (and checked again if it returns)
+_READY_SHAPES = 8
+
+
+def _is_ready(known: list[tuple] | None, columns: tuple) -> bool:
+    """Whether ``columns`` (by identity: decoders share one tuple per shape) was checked since the last DDL."""
+    if known is None:
+        return False
+    for c in known:
+        if c is columns:
+            return True
+    return False
+
+
+def _mark_ready(ready: dict[tuple[str, str], list[tuple]], table: tuple[str, str], columns: tuple) -> None:
+    known = ready.setdefault(table, [])
+    if not _is_ready(known, columns):
+        if len(known) >= _READY_SHAPES:
+            del known[0]
+        known.append(columns)

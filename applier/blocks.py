@@ -118,13 +118,15 @@ def _decode_column(enc: tuple[int, Any], others: list) -> Sequence[Any]:
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a block is decoded.
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a block is decoded (or a worker decodes a slice of messages).
 
     Decoding allocates a few container objects per event (event, position, dicts), all acyclic. With a large
     heap of held events, those allocations trigger collections that traverse the heap and find nothing:
     measured, decoding 300k events took 0.89 s with the collector paused and 1.47 s without. Reference
-    counting frees everything as usual; the collector resumes (if it was on) right after the block."""
+    counting frees everything as usual; the collector resumes (if it was on) right after the block. In a Spark
+    Python worker decoding a 2048-message slice, the same pause measured 22.4 -> 21.0 us per Canal-JSON message and
+    437 -> 349 us per Open Protocol message (16 row changes each)."""
     if not gc.isenabled():
         yield
         return
@@ -269,7 +271,7 @@ class BlockCodec:
 
     def decode(self, core: bytes | memoryview, rest: bytes | memoryview) -> list[Held]:
         """One block back to events, equal to the ones encoded (values exactly; column metadata shared)."""
-        with _no_gc():
+        with gc_paused():
             return self._decode(core, rest)
 
     def _decode(self, core: bytes | memoryview, rest: bytes | memoryview) -> list[Held]:

@@ -27,7 +27,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
-from applier.blocks import BlockCodec
+from applier.blocks import BlockCodec, gc_paused
 from applier.clock import clock_limit, untrusted
 from applier.codecs import WORKER_CHECK, WORKER_DONE, WORKER_RAW, Decoder, get_decoder
 from applier.events import DDL, DecodeError, Event, KafkaMessage, RowChange
@@ -473,7 +473,8 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
             msgs = map(KafkaMessage, *(part.column(i).to_pylist() for i in range(5)))
             fatal = False
             try:
-                chunk = decode_slice(decoder, spec, msgs, schemas)
+                with gc_paused():  # what a slice allocates is acyclic and freed by reference counting
+                    chunk = decode_slice(decoder, spec, msgs, schemas)
             except DecodeError as exc:
                 chunk = encode_chunk(Decoded(errors=[(_bad_record(part, exc), exc)]))
             except passthrough as exc:
