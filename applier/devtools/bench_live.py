@@ -620,13 +620,16 @@ def _log(msg: str) -> None:
 
 
 def verify_target(engine, schema: str, expected: Mapping[str, tuple[int, int]], pipeline: str,
-                  final_ts: int) -> dict[str, Any]:
+                  final_ts: int | None, columns: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The target's per-table checksums (over ``columns``, the stream's shape; default the whole bench shape)
+    against ``expected``, and the applied resolved ts against the stream's last, ``final_ts`` (None for an ungated
+    stream: it has no resolved ts, and its applied ts is only the highest commit ts applied)."""
     from applier.devtools.bench_parts import applied_resolved_ts, target_checksums
-    got = target_checksums(engine, schema, list(expected))
+    got = target_checksums(engine, schema, list(expected), columns)
     bad = {t: (str(expected[t]), f"{got[t].rows} rows / {got[t].digest_sum:016x}") for t in expected
            if (got[t].rows, got[t].digest_sum) != tuple(expected[t])}
     applied = applied_resolved_ts(engine, pipeline)
-    if applied != final_ts:
+    if final_ts is not None and applied != final_ts:
         bad["applied resolved ts"] = (str(final_ts), str(applied))
     return {"ok": not bad, "differences": bad, "rows": sum(cs.rows for cs in got.values())}
 

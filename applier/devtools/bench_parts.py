@@ -174,17 +174,19 @@ def delete_topic(bootstrap: str, topic: str) -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-def target_checksums(engine, schema: str, tables: Iterable[str]) -> dict[str, Any]:
-    """Per table, the checksum of its rows, streamed from the target (server-side cursor)."""
+def target_checksums(engine, schema: str, tables: Iterable[str],
+                     columns: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Per table, the checksum of its rows, streamed from the target (server-side cursor), over ``columns`` (the
+    stream's shape, e.g. the Debezium stream's; default the whole bench shape)."""
     from sqlalchemy import select
 
     from applier.dialect import dialect_for
-    from applier.devtools.bench_stream import TableChecksum
+    from applier.devtools.bench_stream import BENCH_COLUMN_NAMES, TableChecksum
 
     sink = dialect_for(engine).writer()
     out = {}
     for t in tables:
-        cs = TableChecksum()
+        cs = TableChecksum(columns=columns or BENCH_COLUMN_NAMES)
         with engine.connect() as conn:
             meta = sink.reflect(conn, schema, t)
             result = conn.execution_options(stream_results=True, yield_per=20_000).execute(select(meta.table))

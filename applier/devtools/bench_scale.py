@@ -1,8 +1,9 @@
 """``python -m applier.devtools.bench_scale``: does decoding scale out, and where does the one apply thread stop it?
 
-Issue 15, target 4. One topic with the bench workload (``applier.devtools.bench_stream``) is produced once; then,
-for each worker count (``--workers 1,2``), a Spark standalone cluster on loopback is started
-(:mod:`applier.devtools.cluster`: one master, that many one-core workers) and:
+Issue 15, target 4, and issue 25, point 4 (for each protocol). One topic with the bench workload
+(``applier.devtools.bench_stream``) is produced once; then, for each worker count (``--workers 1,2``), a Spark
+standalone cluster on loopback is started (:mod:`applier.devtools.cluster`: one master, that many one-core workers)
+and:
 
 1. **The pipeline**: ``applier.pipeline.run(settings, until_caught_up=True)`` with ``[spark] master = spark://...``
    and ``decode_on = "executors"``, into a fresh target schema, with the stage timer of the bench. Reported:
@@ -11,10 +12,34 @@ for each worker count (``--workers 1,2``), a Spark standalone cluster on loopbac
    (``process``) and how much of it is CPU of that thread (``time.thread_time``: Python holding the GIL), the
    apply thread's utilisation (process seconds / wall), and the target's per-table checksums against the
    generator's (exit 1 when they differ).
-2. **Decode only**: a batch query over the whole topic, ``read_chunks(df, worker_spec(settings))`` (the
-   pipeline's own read), timed and divided by messages, with nothing applied: the executors' decode time per
-   message alone. The same query with a pass-through Python function (records reach the workers, only their
-   count comes back) gives Kafka fetch + Arrow without decoding; the difference is decoding itself.
+2. **Decode only**: a batch query over the whole topic, ``read_chunks(df, spec)`` (the pipeline's own read),
+   timed and divided by messages and by row changes, with nothing applied: the executors' decode time alone. The
+   same query with a pass-through Python function (records reach the workers, only their count comes back) gives
+   Kafka fetch + Arrow without decoding; the difference is decoding itself. What the workers do is each
+   protocol's steady state in the pipeline:
+
+   * ``open``, ``canal-json``, ``debezium``, ``avro`` decode alone (``decodes_alone``): ``spec`` is
+     ``worker_spec(settings)``, and every message is decoded in the workers (avro: each worker process asks the
+     registry once per schema id, then decodes from its cache).
+   * ``simple`` decodes in the workers with the driver decoder's schema snapshot (``with_schemas``). The
+     pipeline's driver learns a table's schema from its CREATE TABLE / BOOTSTRAP messages in the first
+     micro-batches and snapshots it into every later one. Here a driver decoder learns them the pipeline's way:
+     a first, untimed pass of the same query without a snapshot, whose chunks it rebuilds (``decode_chunks``:
+     it decodes the schema messages the workers left it, in Kafka order). The timed passes then carry its
+     snapshot, so the workers decode every row (none left to the driver for want of a schema) and leave only the
+     schema messages to the driver, whose decoding of those few, like the rebuilding of chunks for every
+     protocol, is not timed (in the pipeline it is the apply thread's). The report gives the messages left to
+     the driver. The pipeline run's ``read`` per event, after the first micro-batch, is the same work with
+     the snapshot the driver had at each batch.
+
+   What the pipeline is configured with (``[source.codec]``, :func:`source_codec`) is what bench.py and
+   bench_peer.py use for the stream: nothing for open, canal-json and simple (JSON); nothing for debezium
+   either (bench_peer's default: TiCDC without enable-tidb-extension sends no watermark, so the pipeline is
+   ungated, applies in offset order per partition, and the run is verified by its checksums only, on the Debezium
+   shape ``DEBEZIUM_BENCH_COLUMN_NAMES``); avro: the registry's URL and ``enable_watermark`` (the stream's
+   watermarks gate it). Avro needs a Confluent-compatible schema registry: ``APPLIER_REGISTRY_URL``, else the
+   local one (``python -m applier.devtools.services start --only registry``); the stream's schemas are
+   registered in it while it is produced.
 
 Why both: the read and the apply overlap (applier/handoff.py), so a run's throughput is bounded by the slower of
 the two per event, and ``1 / apply seconds per event`` is the apply thread's ceiling whatever the executors do.
@@ -29,7 +54,7 @@ the Python workers' warm-up (``--max-offsets-per-trigger`` sets how many batches
 busy share is reported next to every figure: on a small machine the driver, the target, Kafka and the executors
 share the cores, and a second worker only helps while a core is free.
 Tooling: the product never imports it. Uses the running services named by APPLIER_KAFKA / APPLIER_PG_URL /
-APPLIER_MARIADB_URL (see ``applier.devtools.services``); starts none.
+APPLIER_MARIADB_URL (and APPLIER_REGISTRY_URL for avro; see ``applier.devtools.services``); starts none.
 """
 
 from __future__ import annotations
@@ -52,8 +77,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from applier.devtools.bench_parts import (StageClock, _count, check_workload_args, run_spawned, safe_name,
                                           system_cpu_ticks)
+from applier.devtools.bench_stream import BENCH_PROTOCOLS
 
-PROTOCOLS = ("canal-json", "open")
+PROTOCOLS = BENCH_PROTOCOLS  # every stream the bench generator writes
 TARGETS = ("postgres", "mariadb")
 
 Log = Callable[[str], None]
@@ -78,8 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m applier.devtools.bench_scale",
         description="Decode time per event on a loopback Spark standalone cluster with 1 and 2 one-core workers, "
-                    "and where the single apply thread becomes the limit (issue 15, target 4).")
-    p.add_argument("--protocol", choices=PROTOCOLS, default="canal-json")
+                    "and where the single apply thread becomes the limit (issue 15, target 4), for each protocol the "
+                    "bench stream writes (issue 25, point 4).")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="canal-json",
+                   help="the stream's protocol (avro needs a schema registry: APPLIER_REGISTRY_URL, or `python -m "
+                        "applier.devtools.services start --only registry`)")
     p.add_argument("--target", choices=TARGETS, default="postgres")
     p.add_argument("--events", type=_count, default=200_000, help="distinct upstream row changes (200k, 1M, ...)")
     p.add_argument("--tables", type=int, default=8)
@@ -109,6 +138,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     check_workload_args(p, a, ("tables", "partitions", "batch_rows", "buffer_mb", "max_offsets_per_trigger",
                                "decode_repeat"))
     return a
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Each protocol's pipeline settings
+# ---------------------------------------------------------------------------------------------------------
+
+def source_codec(protocol: str, registry_url: str | None = None) -> dict[str, Any]:
+    """``[source.codec]`` for the bench stream of ``protocol``, as bench.py and bench_peer.py configure the applier
+    for it: nothing but for avro, whose decoder needs the registry the stream's schemas are in and
+    ``enable_watermark`` for the watermarks the stream carries (without it they would be decode errors). Debezium
+    gets nothing either: the bench's Debezium stream has no watermark (TiCDC without enable-tidb-extension), so
+    ``gated = true`` would be wrong for it."""
+    if protocol == "avro":
+        if not registry_url:
+            raise ValueError("the avro stream needs the schema registry's URL")
+        return {"registry_url": registry_url, "enable_watermark": True}
+    return {}
+
+
+def schema_registry(log: Log) -> tuple[str, Any]:
+    """(URL, client) of the Confluent-compatible registry the avro stream's schemas are registered in:
+    APPLIER_REGISTRY_URL, else the local services' one. Asked once before anything is produced, so that a registry
+    that is not running stops the run here, with what to do, rather than in the middle of producing the topic."""
+    from applier.codecs.registry import RegistryClient, RegistryError, SchemaNotFound
+    from applier.devtools import services
+
+    url = os.environ.get("APPLIER_REGISTRY_URL") or services.urls().registry_url
+    client = RegistryClient(url, timeout=10, retries=1)
+    try:
+        client.latest_version(f"applier-bench-scale-probe-{uuid.uuid4().hex[:8]}")
+    except SchemaNotFound:
+        pass  # it answers
+    except RegistryError as exc:  # before anything exists to clean up: the message, not a traceback (exit 1)
+        raise SystemExit(f"bench_scale: the avro stream needs a schema registry (APPLIER_REGISTRY_URL, else the local "
+                         f"one): {exc}") from None
+    log(f"schema registry: {client.url}")
+    return url, client
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -385,14 +451,54 @@ def topic_frame(spark, settings):
     return reader.option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
 
 
+def learn_schemas(decoder: Any, chunks: Sequence[bytes]) -> int:
+    """For a protocol whose workers decode with the driver's schemas (Simple): ``decoder`` rebuilds ``chunks``, the
+    workers' read of the topic, in Kafka order as the pipeline's apply thread does (``decode_chunks``), and so learns
+    the schemas of the messages the workers left to it (CREATE TABLE, BOOTSTRAP). Returns how many table schemas
+    its snapshot for the workers now carries."""
+    from applier.decode import decode_chunks
+
+    decode_chunks(chunks, {}, decoder)
+    return decoder.schema_snapshot().tables
+
+
+def rebuild(chunks: Sequence[bytes], decoder: Any) -> tuple[Any, dict[str, int]]:
+    """What the executors returned, rebuilt as the driver does (``decode_chunks``, with the driver's ``decoder``,
+    which decodes what the workers left it), and how many messages the workers left: ``left_to_driver`` to decode
+    there (Simple's schema messages, or rows whose schema the snapshot lacked), ``provisional`` decoded with a
+    schema a worker learnt itself, for the driver to confirm (both 0 for a protocol that decodes alone). A decode
+    error is a broken measurement, not a figure: it raises."""
+    from applier.codecs import WORKER_CHECK, WORKER_RAW
+    from applier.decode import _load_chunk, decode_chunks
+
+    left = [lo for _, lo in (_load_chunk(c, None) for c in chunks) if lo is not None]
+    counts = {"left_to_driver": sum(lo.kinds.count(WORKER_RAW) for lo in left),
+              "provisional": sum(lo.kinds.count(WORKER_CHECK) for lo in left)}
+    decoded = decode_chunks(chunks, {}, decoder)
+    if decoded.errors:
+        msg, exc = decoded.errors[0]
+        raise RuntimeError(f"decode-only: {len(decoded.errors):,} message(s) did not decode, first "
+                           f"{msg.topic}[{msg.partition}]@{msg.offset}: {exc}")
+    return decoded, counts
+
+
 def decode_only(spark, settings, messages: int, events: int, repeat: int) -> dict[str, Any]:
     """The executors' decode time with nothing applied, and the pass-through baseline, per message and per
-    event (``events``: the workload's row changes, the denominator of the pipeline's figures too)."""
-    from applier.decode import decode_chunk
-    from applier.devtools.bench_scale import count_records as passthrough  # by its module name, not __main__'s:
-    from applier.pipeline import RECORD_COLUMNS, read_chunks, worker_spec  # the executors import it from the zip
+    event (``events``: the workload's row changes, the denominator of the pipeline's figures too). Simple's timed
+    passes carry the schema snapshot of a driver decoder that learnt the topic's schemas first (module docstring)."""
+    from applier.decode import with_schemas
+    # count_records by its module name, not __main__'s: the executors import it from the zip
+    from applier.devtools.bench_scale import count_records as passthrough
+    from applier.pipeline import RECORD_COLUMNS, decoder_for, read_chunks, worker_spec
 
     spec = worker_spec(settings)
+    driver = decoder_for(settings)  # the pipeline's driver decoder, for what the workers leave to it
+    out: dict[str, Any] = {}
+    if getattr(driver, "decodes_with_schemas", False):
+        t = time.perf_counter()
+        out["snapshot_tables"] = learn_schemas(driver, read_chunks(topic_frame(spark, settings), spec))
+        out["schema_pass_s"] = round(time.perf_counter() - t, 3)  # not timed: it is how the driver gets there
+        spec = with_schemas(spec, driver)
     passes, through = [], []
     chunks: list[bytes] = []
     with CpuWindow() as cpu:
@@ -404,13 +510,11 @@ def decode_only(spark, settings, messages: int, events: int, repeat: int) -> dic
             counted = topic_frame(spark, settings).select(*RECORD_COLUMNS).mapInArrow(passthrough, "n long")
             seen = sum(counted.toArrow().column(0).to_pylist())
             through.append(time.perf_counter() - t)
-    decoded = [decode_chunk(c) for c in chunks]  # outside the timing: what the executors returned
-    got_messages = sum(d.messages for d in decoded)
-    decoded_events = sum(len(d.events) for d in decoded)
-    if got_messages != messages or seen != messages:
-        raise RuntimeError(f"decode-only read {got_messages:,} messages (pass-through {seen:,}) of {messages:,}")
+    decoded, left = rebuild(chunks, driver)  # outside the timing: what the executors returned
+    if decoded.messages != messages or seen != messages:
+        raise RuntimeError(f"decode-only read {decoded.messages:,} messages (pass-through {seen:,}) of {messages:,}")
     best, base = min(passes), min(through)
-    return {"messages": messages, "events": events, "decoded_events": decoded_events,
+    return {"messages": messages, "events": events, "decoded_events": len(decoded.events), **left, **out,
             "passes_s": [round(x, 3) for x in passes], "passthrough_s": [round(x, 3) for x in through],
             "seconds": round(best, 3), "us_per_message": per_event_us(best, messages),
             "us_per_event": per_event_us(best, events),
@@ -456,13 +560,17 @@ class Workload:
     run_id: str
     messages: int
     events: int
-    expected: dict[str, tuple[int, int]]
+    expected: dict[str, tuple[int, int]]  # per table, over ``columns``
     final_ts: int
     stats: dict[str, Any]
+    codec: dict[str, Any]  # [source.codec] for the stream (source_codec)
+    columns: tuple[str, ...]  # the stream's shape (the Debezium stream leaves ``payload`` out)
+    gated: bool  # the pipeline gates on resolved ts, so its applied resolved ts must end at ``final_ts``
 
 
 def produce_workload(a: argparse.Namespace, log: Log) -> Workload:
     """Generate the bench workload straight into a new topic (as ``bench.run_bench`` does)."""
+    from applier.codecs import get_decoder
     from applier.devtools.bench_live import service_urls
     from applier.devtools.bench_parts import produce_stream
     from applier.devtools.bench_stream import generate_bench
@@ -470,15 +578,21 @@ def produce_workload(a: argparse.Namespace, log: Log) -> Workload:
     kafka, url = service_urls(a.target)
     run_id = safe_name(f"scale_{a.protocol}_{a.target}_{a.events}_{time.strftime('%H%M%S')}_{uuid.uuid4().hex[:4]}")
     topic = f"bench-{run_id}"
+    avro: dict[str, Any] = {}
+    registry_url = None
+    if a.protocol == "avro":
+        registry_url, client = schema_registry(log)
+        avro = {"registry": client, "topic": topic}
+    codec = source_codec(a.protocol, registry_url)
     wl = generate_bench(a.protocol, tables=a.tables, partitions=a.partitions, events=a.events,
-                        big_txn_rows=a.big_txn_rows, seed=a.seed)
+                        big_txn_rows=a.big_txn_rows, seed=a.seed, **avro)
     log(f"producing {a.events:,} row changes ({a.protocol}, {a.partitions} partitions) into {topic}")
     t = time.perf_counter()
     n, nbytes = produce_stream(kafka, topic, wl.messages(), partitions=a.partitions, log=log)
     log(f"  {n:,} messages in {time.perf_counter() - t:.1f} s")
     return Workload(kafka, url, topic, run_id, n, wl.stats.row_events,
                     {t_: (cs.rows, cs.digest_sum) for t_, cs in wl.expected.items()}, wl.final_ts,
-                    {**vars(wl.stats), "bytes": nbytes})
+                    {**vars(wl.stats), "bytes": nbytes}, codec, wl.columns, get_decoder(a.protocol, **codec).gated)
 
 
 def scale_settings(a: argparse.Namespace, wl: Workload, *, master: str, conf: Mapping[str, str], schema: str,
@@ -491,7 +605,7 @@ def scale_settings(a: argparse.Namespace, wl: Workload, *, master: str, conf: Ma
     cfg = {
         "pipeline": {"name": name, "checkpoint_dir": str(checkpoint), "buffer_memory_mb": a.buffer_mb,
                      "decode_on": "executors", "max_offsets_per_trigger": a.max_offsets_per_trigger},
-        "source": {"bootstrap_servers": wl.kafka, "topics": [wl.topic], "protocol": a.protocol},
+        "source": {"bootstrap_servers": wl.kafka, "topics": [wl.topic], "protocol": a.protocol, "codec": wl.codec},
         "target": {"url": wl.url, "batch_rows": a.batch_rows},
         "spark": {"master": master, "conf": dict(conf)},
         "route": [{"match": f"{BENCH_SCHEMA}.*", "schema": schema}],
@@ -500,7 +614,9 @@ def scale_settings(a: argparse.Namespace, wl: Workload, *, master: str, conf: Ma
 
 
 def measure_pipeline(spark, settings, wl: Workload, schema: str) -> dict[str, Any]:
-    """``run(until_caught_up=True)`` timed by thread, then the target's checksums."""
+    """``run(until_caught_up=True)`` timed by thread, then the target's checksums (on the stream's columns) and,
+    for a gated stream, its applied resolved ts (an ungated one has none: its applied ts is only the highest
+    commit ts it applied)."""
     from applier.devtools.bench_live import verify_target
     from applier.pipeline import make_engine, run
 
@@ -510,7 +626,8 @@ def measure_pipeline(spark, settings, wl: Workload, schema: str) -> dict[str, An
     out = {"pipeline": pipeline_figures(clock, res.report, cpu.wall, wl.events, res.batches), "cpu": cpu.figures()}
     engine = make_engine(settings)
     try:
-        out["verify"] = verify_target(engine, schema, wl.expected, settings.pipeline.name, wl.final_ts)
+        out["verify"] = verify_target(engine, schema, wl.expected, settings.pipeline.name,
+                                      wl.final_ts if wl.gated else None, wl.columns)
     finally:
         engine.dispose()
     return out
@@ -604,7 +721,7 @@ def run_scale(a: argparse.Namespace, log: Log) -> dict[str, Any]:
     wl = produce_workload(a, log)
     result: dict[str, Any] = {
         "params": {k: v for k, v in vars(a).items() if k != "json"}, "topic": wl.topic, "machine": machine_info(),
-        "workload": wl.stats, "runs": []}
+        "workload": wl.stats, "stream": {"gated": wl.gated, "columns": list(wl.columns)}, "runs": []}
     t = time.perf_counter()
     try:
         for n in a.workers:
@@ -638,6 +755,26 @@ def _row(run: Mapping[str, Any], f: Mapping[str, Any]) -> str:
             f"{f['apply_ceiling_events_per_s']:>9,.0f} | {run['cpu']['machine_busy_share']:>5.0%} | {verify}")
 
 
+def stream_notes(r: Mapping[str, Any]) -> list[str]:
+    """What the figures of this protocol's stream mean beyond the legend: an ungated stream's verification, and
+    the schema snapshot Simple's decode-only passes carried with what the workers still left to the driver."""
+    lines = []
+    stream = r.get("stream") or {}
+    if stream and not stream.get("gated", True):
+        lines.append(f"  {r['params']['protocol']}: an ungated stream (no watermark; offset order per partition): "
+                     f"verify compares the per-table checksums over its columns ({', '.join(stream['columns'])}), "
+                     "not the applied resolved ts")
+    for run in r["runs"]:
+        d = run.get("decode_only") or {}
+        if "snapshot_tables" in d:
+            lines.append(f"  {run['workers']} worker(s): the decode-only passes carried the schema snapshot "
+                         f"({d['snapshot_tables']} tables) of a driver decoder that learnt them from a first, "
+                         f"untimed pass ({d['schema_pass_s']:.1f} s); the workers left {d['left_to_driver']:,} of "
+                         f"{d['messages']:,} messages to the driver's decoder and sent {d['provisional']:,} "
+                         "provisional rows")
+    return lines
+
+
 def format_report(r: Mapping[str, Any]) -> str:
     p, w = r["params"], r["workload"]
     lines = [
@@ -664,7 +801,7 @@ def format_report(r: Mapping[str, Any]) -> str:
         "executors, toArrow); apply: the apply thread's process; both after the first micro-batch when there was "
         "a second (the first pays the warm-up); CPU us: the apply thread's own CPU per event over the run (GIL "
         "held); util: apply seconds / wall; apply cap: 1 / apply seconds per event; busy: the whole machine's CPU "
-        "share", ""]
+        "share", *stream_notes(r), ""]
     for run in r["runs"]:
         if "pipeline" in run:
             pl = run["pipeline"]

@@ -7,8 +7,10 @@ row versions (8 bytes per key ever used) plus a live-key list: a row's values ar
 state is a per-table ``TableChecksum`` (row count + sum of 64-bit row digests, maintained incrementally),
 and the benchmark computes the same checksum from the target's rows.
 
-Protocols: Open Protocol, Canal-JSON (TiDB extension), TiCDC's Simple protocol (JSON) and TiCDC's Debezium JSON
-with the schema envelope (``debezium``: what ``applier.devtools.bench_peer`` races the Debezium JDBC sink on). The Debezium stream has the
+Protocols: Open Protocol, Canal-JSON (TiDB extension), TiCDC's Simple protocol (JSON), TiCDC's Debezium JSON
+with the schema envelope (``debezium``: what ``applier.devtools.bench_peer`` races the Debezium JDBC sink on) and
+TiCDC's flat Avro with a Confluent schema registry (``avro``: the TiDB extension and the test-only
+``avro-enable-watermark``, so the stream is gated like the others). The Debezium stream has the
 shape of :data:`DEBEZIUM_BENCH_COLUMN_NAMES`, which leaves out what TiCDC's Debezium encoding cannot carry
 exactly (:data:`DEBEZIUM_AVOIDS`), so that every consumer can reproduce the upstream rows.
 """
@@ -28,7 +30,7 @@ from applier.devtools.changefeed import tso
 from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition, TableSchema
 
 BENCH_SCHEMA = "bench"
-BENCH_PROTOCOLS = ("open", "canal-json", "debezium", "simple")
+BENCH_PROTOCOLS = ("open", "canal-json", "debezium", "simple", "avro")
 #: Simple protocol: a BOOTSTRAP of a table to every partition after this many of its row messages (TiCDC's
 #: send-bootstrap-in-msg-count default)
 SIMPLE_BOOTSTRAP_MESSAGES = 10_000
@@ -199,12 +201,17 @@ class BenchWorkload:
       from the ``mix`` (insert, update, delete); ``key_change_fraction`` of updates change the primary key
       (TiCDC sends delete + insert); ``hot_fraction`` of updates hit the table's first ``hot_keys`` keys;
     * rows dispatched to partitions by key; Open Protocol batches up to ``rows_per_message`` rows per message
-      (TiCDC's max-batch-size), Canal-JSON and Debezium one row per message;
+      (TiCDC's max-batch-size), the others one row per message;
     * Simple (JSON): the CREATE TABLEs carry the table schema, rows its version, resolved ts are WATERMARKs, and a
       table's BOOTSTRAP goes to every partition after each :data:`SIMPLE_BOOTSTRAP_MESSAGES` of its rows;
     * Debezium: TiCDC's Debezium JSON with the schema envelope, of the columns :data:`DEBEZIUM_BENCH_COLUMN_NAMES`;
       without ``tidb_extension`` (the default) no watermark is sent at all (an ungated stream, like TiCDC's), with
       it the resolved ts travel as ``op: "m"`` watermarks and every column schema carries ``tidb_type``;
+    * Avro: the schemas registered in ``registry`` (``register(subject, schema) -> id``, e.g. a RegistryClient)
+      under ``<topic>-key``/``<topic>-value``; TiDB extension and watermarks on (``enable_watermark`` in the
+      decoder), so resolved ts are 0x02 watermarks, the CREATE TABLEs 0x01 DDL messages and deletes carry their
+      commit ts. All tables share the one topic (TiCDC's avro sink wants a topic per table; the decoder does not
+      depend on it, and a message decodes the same), so each subject holds one version per table;
     * resolved ts broadcast every ``resolved_interval_ms`` of upstream time (TiCDC's cadence is about 1 s);
     * ``replays`` TiCDC restarts spread over the stream: an older resolved ts, then the most recent messages
       of every partition again, sized so that about ``dup_fraction`` of the row changes are duplicates.
@@ -217,9 +224,13 @@ class BenchWorkload:
                  big_txn_rows: int = 0, seed: int = 1, mix: tuple[float, float, float] = (0.5, 0.35, 0.15),
                  hot_keys: int = 64, hot_fraction: float = 0.5, key_change_fraction: float = 0.05,
                  dup_fraction: float = 0.005, replays: int = 8, resolved_interval_ms: int = 1000,
-                 rows_per_message: int = 16, schema: str = BENCH_SCHEMA, tidb_extension: bool = False) -> None:
+                 rows_per_message: int = 16, schema: str = BENCH_SCHEMA, tidb_extension: bool = False,
+                 registry: Any = None, topic: str | None = None) -> None:
         if protocol not in BENCH_PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(BENCH_PROTOCOLS)}, not {protocol!r}")
+        if (protocol == "avro") != (registry is not None and bool(topic)):
+            raise ValueError("the avro stream needs registry= and topic= (the subjects are named after the topic), "
+                             "and only it takes them")
         if tidb_extension and protocol != "debezium":
             raise ValueError("tidb_extension is an option of the debezium stream (canal-json always has it)")
         if tables < 1 or partitions < 1 or events < 0 or big_txn_rows < 0:
@@ -249,6 +260,7 @@ class BenchWorkload:
         self.schema = schema
         self.table_names = [f"t{i:02d}" for i in range(tables)]
         self.tidb_extension = tidb_extension
+        self.registry, self.topic = registry, topic
         self.columns = DEBEZIUM_BENCH_COLUMN_NAMES if protocol == "debezium" else BENCH_COLUMN_NAMES
         self._narrow = self.columns != BENCH_COLUMN_NAMES
         self.event_columns = tuple(c for c in BENCH_COLUMNS if c.name in self.columns)
@@ -320,6 +332,13 @@ class BenchWorkload:
 
         self._enc_canal, self._enc_open, self._enc_open_batch = encode_canal_json, encode_open, encode_open_batch
         self._enc_debezium, self._enc_simple = encode_debezium, encode_simple
+        if self.protocol == "avro":
+            from applier.devtools.encoders.avro import AvroEncoder, ColumnSpec
+
+            # DECIMAL(14,2): the encoder writes the decimal's precision and scale into the schema only when told
+            decimal = {"amount": ColumnSpec(precision=14, scale=2)}
+            self._avro = AvroEncoder(self.registry, enable_watermark=True,
+                                     column_specs={f"{self.schema}.{t}": decimal for t in self.table_names})
         self.rng = random.Random(self.seed)
         self.ts_ms = 1_700_000_000_000
         self.last_resolved_ms = self.ts_ms
@@ -411,6 +430,8 @@ class BenchWorkload:
         elif self.protocol == "debezium":
             k, v = self._enc_debezium(ev, table_columns=self.event_columns, field_types=self.column_types,
                                       enable_tidb_extension=self.tidb_extension, ts_ms=self.ts_ms)
+        elif self.protocol == "avro":
+            k, v = self._avro.encode_ddl(ev) if isinstance(ev, DDL) else self._avro.encode_resolved(ev.ts)
         elif self.protocol == "simple":  # a DDL carries its table's schema; a TableSchema becomes a BOOTSTRAP
             schema = self.table_schemas[ev.table] if isinstance(ev, DDL) else None
             k, v = self._enc_simple(ev, table_schema=schema, build_ts_ms=self.ts_ms)
@@ -444,6 +465,9 @@ class BenchWorkload:
                 self.since_bootstrap[t.idx] = 0
                 for p in range(self.partitions):
                     self._emit_single(p, self.table_schemas[t.name])
+        elif self.protocol == "avro":  # one message: a key change is already a delete and an insert here
+            for k, v in self._avro.encode(ev, self.topic):  # type: ignore[arg-type]
+                self._out(part, k, v, 1)
         else:
             k, v = self._enc_canal(ev, build_ts_ms=ts >> 18)
             self._out(part, k, v, 1)

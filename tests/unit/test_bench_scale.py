@@ -1,6 +1,7 @@
 """The scale-out benchmark's pure parts (applier.devtools.bench_scale) and the loopback cluster's parsing of the
-master's /json/ document (applier.devtools.cluster): arguments, the per-run verdicts, the read model, and a
-conclusion whose numbers come from the runs."""
+master's /json/ document (applier.devtools.cluster): arguments, each protocol's pipeline settings and decode-only
+read (Simple's schema snapshot; the Avro bench stream), the per-run verdicts, the read model, and a conclusion whose
+numbers come from the runs."""
 
 from __future__ import annotations
 
@@ -44,6 +45,183 @@ def test_parse_workers_and_conf_directly() -> None:
     assert B.parse_args(["--spark-conf", "a=b=c"]).spark_conf == {"a": "b=c"}
     with pytest.raises(SystemExit):
         B.parse_args(["--spark-conf", "=x"])
+
+
+def test_every_protocol_of_the_bench_stream_is_accepted() -> None:
+    from applier.devtools.bench_stream import BENCH_PROTOCOLS
+
+    assert set(B.PROTOCOLS) == set(BENCH_PROTOCOLS) == {"open", "canal-json", "simple", "debezium", "avro"}
+    for protocol in BENCH_PROTOCOLS:
+        assert B.parse_args(["--protocol", protocol]).protocol == protocol
+    with pytest.raises(SystemExit) as exc:
+        B.parse_args(["--protocol", "maxwell"])
+    assert exc.value.code == 2
+
+
+# ---- each protocol's settings and decode-only read ----------------------------------------------------------------
+
+def _workload(protocol: str) -> B.Workload:
+    from applier.codecs import get_decoder
+    from applier.devtools.bench_stream import BENCH_COLUMN_NAMES, DEBEZIUM_BENCH_COLUMN_NAMES
+
+    codec = B.source_codec(protocol, "http://127.0.0.1:18081/apis/ccompat/v7")
+    columns = DEBEZIUM_BENCH_COLUMN_NAMES if protocol == "debezium" else BENCH_COLUMN_NAMES
+    return B.Workload("127.0.0.1:19092", "postgresql+psycopg://u:p@127.0.0.1:15432/db", "bench-x", "x", 10, 10, {},
+                      1, {}, codec, columns, get_decoder(protocol, **codec).gated)
+
+
+@pytest.mark.parametrize("protocol,gated", [("open", True), ("canal-json", True), ("simple", True),
+                                            ("debezium", False), ("avro", True)])
+def test_each_protocol_gets_the_pipeline_settings_of_the_other_benches(protocol, gated, tmp_path) -> None:
+    from applier.pipeline import decoder_for, worker_spec
+
+    wl = _workload(protocol)
+    assert wl.gated is gated  # debezium without the TiDB extension has no watermark: ungated, as in bench_peer
+    a = B.parse_args(["--protocol", protocol])
+    settings = B.scale_settings(a, wl, master="spark://127.0.0.1:7077", conf={}, schema="bench_x", name="scale-x",
+                                checkpoint=tmp_path)
+    assert settings.source.protocol == protocol and settings.pipeline.decode_on == "executors"
+    assert settings.decodes_on_executors()  # every one decodes in the workers (Simple with the driver's schemas)
+    assert decoder_for(settings).gated is gated
+    assert dict(worker_spec(settings).options) == wl.codec
+    if protocol == "avro":
+        assert wl.codec == {"registry_url": "http://127.0.0.1:18081/apis/ccompat/v7", "enable_watermark": True}
+    else:
+        assert wl.codec == {}
+    with pytest.raises(ValueError):
+        B.source_codec("avro")
+
+
+def _record_batch(msgs) -> "pa.RecordBatch":
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays(
+        [pa.array([m.topic for m in msgs], pa.string()), pa.array([m.partition for m in msgs], pa.int32()),
+         pa.array([m.offset for m in msgs], pa.int64()), pa.array([m.key for m in msgs], pa.binary()),
+         pa.array([m.value for m in msgs], pa.binary())], names=["topic", "partition", "offset", "key", "value"])
+
+
+def _topic(wl) -> list[list]:
+    """The stream as a topic: per partition, its records in offset order."""
+    from applier.events import KafkaMessage
+
+    parts: dict[int, list] = {}
+    for part, key, value in wl.messages():
+        msgs = parts.setdefault(part, [])
+        msgs.append(KafkaMessage("bench-x", part, len(msgs), key, value))
+    return [parts[p] for p in sorted(parts)]
+
+
+def _workers_read(spec, topic: list[list]) -> list[bytes]:
+    """What read_chunks returns, with this process as the Python worker of every Spark partition (one per Kafka
+    partition, in order)."""
+    from applier.decode import decode_arrow_batches
+
+    return [rb.column(0)[0].as_py() for msgs in topic for rb in decode_arrow_batches(spec, iter([_record_batch(msgs)]))]
+
+
+def test_simple_decode_only_carries_the_schemas_a_driver_learnt_from_a_first_pass(monkeypatch) -> None:
+    """The decode-only passes of Simple: a first pass without a snapshot teaches the driver decoder every table's
+    schema; with its snapshot the workers decode every row and leave only the schema messages to the driver, and
+    the rebuilt read is the whole topic."""
+    import orjson
+
+    import applier.decode as D
+    from applier.codecs import get_decoder
+    from applier.decode import WorkerSpec, with_schemas
+    from applier.devtools import bench_stream
+    from applier.devtools.bench_stream import generate_bench
+    from applier.events import RowChange
+
+    monkeypatch.setattr(D, "_worker_decoders", {})  # fresh worker processes
+    monkeypatch.setattr(bench_stream, "SIMPLE_BOOTSTRAP_MESSAGES", 100)
+    wl = generate_bench("simple", tables=3, partitions=2, events=900, seed=3, hot_keys=4)
+    topic = _topic(wl)
+    kinds = [orjson.loads(m.value)["type"] for msgs in topic for m in msgs]
+    schema_messages = kinds.count("CREATE") + kinds.count("BOOTSTRAP")
+    assert kinds.count("BOOTSTRAP") > 0
+    spec = WorkerSpec("simple", (), stop_at_error=True)
+    driver = get_decoder("simple")
+
+    first = _workers_read(spec, topic)
+    _, cold = B.rebuild(first, get_decoder("simple"))
+    assert cold["provisional"] > 0  # without a snapshot the workers decode with what they learnt, for checking
+    assert B.learn_schemas(driver, first) == 3
+
+    decoded, left = B.rebuild(_workers_read(with_schemas(spec, driver), topic), driver)
+    assert left == {"left_to_driver": schema_messages, "provisional": 0}
+    assert decoded.messages == sum(len(msgs) for msgs in topic) == wl.stats.messages
+    rows = sum(isinstance(ev, RowChange) for ev in decoded.events)
+    assert rows == wl.stats.row_events + wl.stats.duplicate_row_events
+
+
+def test_decode_only_refuses_a_read_with_decode_errors(monkeypatch) -> None:
+    import applier.decode as D
+    from applier.codecs import get_decoder
+    from applier.decode import WorkerSpec
+    from applier.events import KafkaMessage
+
+    monkeypatch.setattr(D, "_worker_decoders", {})
+    chunks = _workers_read(WorkerSpec("canal-json", (), stop_at_error=False),
+                           [[KafkaMessage("bench-x", 0, 0, None, b"not json")]])
+    with pytest.raises(RuntimeError, match="1 message\\(s\\) did not decode, first bench-x\\[0\\]@0"):
+        B.rebuild(chunks, get_decoder("canal-json"))
+
+
+def test_the_avro_stream_decodes_to_the_expected_tables() -> None:
+    """The bench's Avro stream (schemas in a registry, TiDB extension and watermarks) decodes, applied in commit-ts
+    order as the gate does, to the generator's checksums; it needs a registry and a topic, and only it takes them."""
+    import collections
+
+    from applier.codecs.avro import AvroDecoder
+    from applier.devtools.bench_stream import bench_checksum, generate_bench
+    from applier.devtools.encoders.registry import InMemoryRegistry
+    from applier.events import DDL, KafkaMessage, Op, Resolved, RowChange
+
+    reg = InMemoryRegistry()
+    wl = generate_bench("avro", tables=3, partitions=2, events=2000, big_txn_rows=300, seed=5, hot_keys=4,
+                        dup_fraction=0.05, registry=reg, topic="bench-x")
+    dec = AvroDecoder(registry=reg, enable_watermark=True)
+    kinds: collections.Counter = collections.Counter()
+    changes = []
+    for msgs in _topic(wl):
+        for m in msgs:
+            for ev in dec.decode(m):
+                kinds[type(ev)] += 1
+                if isinstance(ev, RowChange):
+                    changes.append((ev.commit_ts, m.partition, m.offset, ev))
+    assert kinds[DDL] == 3 * 2 and kinds[Resolved] == wl.stats.resolved_messages > 0
+    assert wl.stats.duplicate_row_events > 0 and wl.stats.key_changes > 0
+    assert reg.subjects() == ["bench-x-key", "bench-x-value"]
+    state: dict = {}
+    for *_, ev in sorted(changes, key=lambda c: c[:3]):
+        k = (ev.table, (ev.after or ev.before)["id"])
+        if ev.op is Op.DELETE:
+            state.pop(k, None)
+        else:
+            state[k] = ev.after
+    for table, cs in wl.expected.items():
+        got = bench_checksum(r for (t, _), r in state.items() if t == table)
+        assert (got.rows, got.digest_sum) == (cs.rows, cs.digest_sum)
+    with pytest.raises(ValueError):
+        generate_bench("avro", registry=reg)
+    with pytest.raises(ValueError):
+        generate_bench("open", registry=reg, topic="bench-x")
+
+
+def test_stream_notes_say_how_an_ungated_run_is_verified_and_what_simple_left_to_the_driver() -> None:
+    r = {"params": {"protocol": "debezium"}, "stream": {"gated": False, "columns": ["id", "ver"]},
+         "runs": [{"workers": 1, "decode_only": {"us_per_event": 1.0}}]}
+    (line,) = B.stream_notes(r)
+    assert "debezium: an ungated stream" in line and "(id, ver), not the applied resolved ts" in line
+    r = {"params": {"protocol": "simple"}, "stream": {"gated": True, "columns": ["id"]},
+         "runs": [{"workers": 2, "decode_only": {"snapshot_tables": 8, "schema_pass_s": 3.25, "left_to_driver": 96,
+                                                  "provisional": 0, "messages": 20_000}},
+                  {"workers": 3, "error": "x"}]}
+    (line,) = B.stream_notes(r)
+    assert line.startswith("  2 worker(s): the decode-only passes carried the schema snapshot (8 tables)")
+    assert "(3.2 s); the workers left 96 of 20,000 messages to the driver's decoder and sent 0 provisional rows" in line
+    assert B.stream_notes({"params": {"protocol": "open"}, "runs": []}) == []
 
 
 # ---- figures --------------------------------------------------------------------------------------------------
