@@ -69,7 +69,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from applier.devtools.bench_parts import _count
+from applier.devtools.bench_parts import _count, comma_choices
 from applier.devtools.bench_stream import BENCH_COLUMN_NAMES, BENCH_TYPES, bench_canonical, bench_row
 
 PARTS = ("decode", "gate", "pg", "mariadb")
@@ -117,10 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
-    a.only = [x.strip() for x in a.only.split(",") if x.strip()]
-    bad = [x for x in a.only if x not in PARTS]
-    if bad or not a.only:
-        p.error(f"--only: {', '.join(bad) or 'none given'}; choose from {', '.join(PARTS)}")
+    a.only = comma_choices(p, "--only", a.only, PARTS)
     if a.rows < 10:
         p.error("--rows must be >= 10")
     if a.repeat < 1:

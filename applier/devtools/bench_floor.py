@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from applier.devtools.bench_parts import _count, check_workload_args, run_spawned
+from applier.devtools.bench_parts import _count, check_workload_args, comma_choices, run_spawned
 
 MODES = ("count", "passthrough", "decode")
 Log = Callable[[str], None]
@@ -59,10 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
-    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    bad = [m for m in a.modes if m not in MODES]
-    if bad or not a.modes:
-        p.error(f"--modes: {', '.join(bad) or 'none given'}; choose from {', '.join(MODES)}")
+    a.modes = comma_choices(p, "--modes", a.modes, MODES)
     check_workload_args(p, a, ("tables", "partitions", "cores", "max_offsets_per_trigger"))
     return a
 

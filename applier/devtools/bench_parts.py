@@ -60,6 +60,17 @@ def parse_rates(text: str) -> list[int]:
     return rates
 
 
+def comma_choices(p: argparse.ArgumentParser, option: str, text: str, choices: Iterable[str]) -> list[str]:
+    """A comma-separated list of ``choices`` (an option such as ``--modes``), in the order given; anything else, or
+    nothing at all, is a usage error naming the option and the choices."""
+    choices = tuple(choices)
+    got = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in got if x not in choices]
+    if bad or not got:
+        p.error(f"{option}: {', '.join(bad) or 'none given'}; choose from {', '.join(choices)}")
+    return got
+
+
 def rate(n: float, seconds: float) -> float | None:
     return n / seconds if seconds > 0 else None
 
