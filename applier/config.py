@@ -54,6 +54,8 @@ Example (every key; see ``conf/*.toml``)::
     shard_ddl = "stop"                    # stop | skip: a DROP/TRUNCATE/RENAME/DROP INDEX of one shard of a merged table
     schema_evolution = "create"           # none | create (a routed table the target lacks, from the stream's schema)
                                           # | evolve (also add columns that appear in the stream)
+    load_data = "auto"                    # auto | on | off: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE
+                                          # (auto: when the server allows local_infile; PostgreSQL: not used)
     schema = ""                           # default target schema for unrouted tables
 
     [metrics]                             # Prometheus endpoint of `applier run` (applier.metrics)
@@ -226,8 +228,10 @@ _PIPELINE_KEYS = (
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "start_ts", "kafka",
                 "codec", "max_clock_skew", "retry_seconds")
 _TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
-                "retry_seconds", "schema_evolution")
+                "retry_seconds", "schema_evolution", "load_data")
 SCHEMA_EVOLUTION = ("none", "create", "evolve")
+#: ``[target] load_data``: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE (applier.sinks.mysql_load)
+LOAD_DATA = ("auto", "on", "off")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
 _METRICS_KEYS = ("port", "host")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decode_error", "mode")
@@ -465,6 +469,9 @@ class TargetSettings(_RedactedRepr):
     schema: str = ""
     retry_seconds: int = 300  # how long transient target faults are retried (0: never)
     schema_evolution: str = "create"  # none | create | evolve (applier/evolve.py)
+    # auto | on | off: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE (applier/sinks/mysql_load.py); auto uses
+    # it when the server allows local_infile, on requires it, off keeps executemany. PostgreSQL: not used.
+    load_data: str = "auto"
 
     def sqlalchemy_url(self) -> URL:
         """The effective URL, password resolved (``str()`` of a SQLAlchemy URL masks it; use
@@ -495,7 +502,13 @@ class TargetSettings(_RedactedRepr):
             "schema": self.schema,
             "retry_seconds": self.retry_seconds,
             "schema_evolution": self.schema_evolution,
+            "load_data": self.load_data,
         }
+
+    @property
+    def uses_load_data(self) -> bool:
+        """Whether the engine is made for LOAD DATA LOCAL (a MySQL/MariaDB target, load_data not "off")."""
+        return self.load_data != "off" and self.dialect in ("mysql", "mariadb")
 
 
 @dataclass(frozen=True, repr=False)
@@ -1049,6 +1062,10 @@ class _Parser:
         on_apply = self.choice(d, p, "on_apply_error", APPLY_ERROR_POLICIES, "stop")
         shard_ddl = self.choice(d, p, "shard_ddl", ("stop", "skip"), "stop")
         evolution = self.choice(d, p, "schema_evolution", SCHEMA_EVOLUTION, "create")
+        load_data = self.choice(d, p, "load_data", LOAD_DATA, "auto")
+        if load_data == "on" and url.get_backend_name() == "postgresql":
+            raise self.error("target.load_data", '"on" is for MySQL/MariaDB targets (LOAD DATA LOCAL INFILE); a '
+                             'PostgreSQL target already writes with COPY: remove the key or set "auto"')
         retry = self.get(d, p, "retry_seconds", int, hint="retry_seconds = 300", default=300)
         if retry < 0:
             raise self.error("target.retry_seconds", f"must be >= 0 (0: never retry), got {retry}")
@@ -1067,6 +1084,7 @@ class _Parser:
             schema=schema,
             retry_seconds=retry,
             schema_evolution=evolution,
+            load_data=load_data,
         )
 
     def note_literal_password(self, text: str) -> None:

@@ -162,7 +162,7 @@ class MySQLDialect(Dialect):
     def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
         from applier.sinks.mysql import MySQLSink
 
-        return MySQLSink(batch_rows, convert=self.value_converter, timer=timer)
+        return MySQLSink(batch_rows, convert=self.value_converter, timer=timer, transient=self.is_transient)
 
     def value_converter(self, column_type: str | None) -> Converter | None:
         from applier.sinks.mysql import mysql_converter

@@ -449,8 +449,46 @@ class RunResult:
     signal: int | None = None  # the SIGINT/SIGTERM/SIGHUP the run stopped on (after its current micro-batch)
 
 
-def make_engine(settings: Settings) -> Engine:
-    return create_engine(settings.target_url(), pool_pre_ping=True, pool_size=2, max_overflow=2)
+def make_engine(settings: Settings, *, load_data: bool = False) -> Engine:
+    """The target's engine. ``load_data``: its MySQL/MariaDB connections may answer the server's request for the
+    writer's own LOAD DATA file (:func:`applier.sinks.mysql_load.enable_local_infile`); only ``applier run``
+    asks for it, when ``[target] load_data`` is not "off" (then :func:`settle_load_data`)."""
+    engine = create_engine(settings.target_url(), pool_pre_ping=True, pool_size=2, max_overflow=2)
+    if load_data and settings.target.uses_load_data:
+        from applier.sinks.mysql_load import enable_local_infile
+
+        enable_local_infile(engine)
+    return engine
+
+
+def settle_load_data(engine: Engine, settings: Settings) -> Engine:
+    """``[target] load_data`` at start, on an engine made with ``load_data=True``: asks the server once whether it
+    allows ``LOAD DATA LOCAL`` (``@@GLOBAL.local_infile``). Allowed: the engine as it is (upserts of
+    :data:`~applier.sinks.mysql_load.MIN_ROWS` rows or more go through it). Not allowed: "on" refuses to start,
+    naming the server setting; "auto" says so once and returns an engine without local_infile (executemany, as
+    with "off"), so a connection never offers the capability it will not use."""
+    if not settings.target.uses_load_data:
+        return engine
+    from applier.sinks.mysql_load import MIN_ROWS, server_allows_local_infile
+
+    with engine.connect() as conn:
+        allowed = server_allows_local_infile(conn)
+    if allowed:
+        log.info("[target] load_data = \"%s\": upserts of %d rows or more go through LOAD DATA LOCAL INFILE",
+                 settings.target.load_data, MIN_ROWS)
+        return engine
+    engine.dispose()
+    if settings.target.load_data == "on":
+        raise ConfigError(
+            "target.load_data", '"on" needs LOAD DATA LOCAL INFILE, which the target server does not allow (its '
+            "local_infile is OFF): run SET GLOBAL local_infile = 1 on it (and set local_infile = 1 under [mysqld] in "
+            'its configuration, so that a restart keeps it), or set load_data = "auto" (executemany while the '
+            'server does not allow it) or "off"')
+    log.warning('[target] load_data = "auto": the target server does not allow LOAD DATA LOCAL INFILE (its '
+                "local_infile is OFF), so upserts go through executemany; SET GLOBAL local_infile = 1 on the server "
+                '(and local_infile = 1 under [mysqld]) enables the faster path at the next start, load_data = "off" '
+                "silences this")
+    return make_engine(settings)
 
 
 def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
@@ -615,8 +653,9 @@ def run(settings: Settings, *, until_caught_up: bool = False, until_ts: int | No
         served = serve_metrics(settings, timer)
         if served is not None:
             timer = served.metrics
-        engine = make_engine(settings)
+        engine = make_engine(settings, load_data=True)
         try:
+            engine = settle_load_data(engine, settings)
             migrate.upgrade(engine)
             dialect = dialect_for(engine)
             if STOP.requested:  # asked to stop while starting: nothing read, nothing to finish
