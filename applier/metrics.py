@@ -338,12 +338,13 @@ class ServedMetrics:
 def _table_progress(settings: Any) -> dict[tuple[str, str], int]:
     """Each table's applied ts from the progress tables, so the per-table gauges cover the tables that get no
     change in this run; empty when the target cannot be read yet (the run says why, not the metrics)."""
-    from sqlalchemy import create_engine, inspect, select
+    from sqlalchemy import inspect, select
 
+    from applier.dialect import target_engine
     from applier.progress import tables
 
     try:
-        engine = create_engine(settings.target_url(), pool_size=1)
+        engine = target_engine(settings.target, pool_size=1)
         try:
             with engine.connect() as conn:
                 if not inspect(conn).has_table(tables.name):

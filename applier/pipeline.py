@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from applier import logs, migrate
@@ -35,7 +34,7 @@ from applier.decode import (
     CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
     shared_schemas, warm_decoder, with_schemas, worker_crashed,
 )
-from applier.dialect import Dialect, dialect_for
+from applier.dialect import Dialect, dialect_for, target_engine
 from applier.events import DecodeError, KafkaMessage
 from applier.handoff import BatchHandoff
 from applier.processor import BatchProcessor, BatchReport
@@ -450,7 +449,7 @@ class RunResult:
 
 
 def make_engine(settings: Settings) -> Engine:
-    return create_engine(settings.target_url(), pool_pre_ping=True, pool_size=2, max_overflow=2)
+    return target_engine(settings.target, pool_pre_ping=True, pool_size=2, max_overflow=2)
 
 
 def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
