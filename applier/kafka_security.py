@@ -235,10 +235,44 @@ def probe(bootstrap: str, security: Mapping[str, str], kafka: Mapping[str, str],
         admin.poll(0)
         found = refusal("\n".join(errors), kafka)
         if found is not None:
+            if found.key == option_key("ssl.truststore.location"):
+                # librdkafka says only "certificate verify failed": ask once more with Python's TLS, which says why
+                why = tls_verify_error(bootstrap, security)
+                if why is not None:
+                    found = refusal(why, kafka) or found
             return ProbeResult(refused=found, errors=tuple(errors))
         if time.monotonic() >= deadline:
             return ProbeResult(errors=tuple(errors))
 
 
+def tls_verify_error(bootstrap: str, security: Mapping[str, str], timeout: float = 3.0) -> str | None:
+    """Why the brokers' certificate does not verify, in OpenSSL's words (``Hostname mismatch``, ``IP address
+    mismatch``, ``unable to get local issuer certificate``...), from a plain TLS handshake with the same trust and
+    host name check as ``security`` (librdkafka form); None when it verifies or cannot be asked. Kafka's SSL and
+    SASL_SSL listeners start with TLS, so no Kafka request is needed."""
+    import socket
+    import ssl
+
+    if not str(security.get("security.protocol", "")).upper().endswith("SSL"):
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=security.get("ssl.ca.location"), cadata=security.get("ssl.ca.pem"))
+    except (OSError, ssl.SSLError, ValueError):
+        return None
+    ctx.check_hostname = security.get("ssl.endpoint.identification.algorithm", "https").lower() != "none"
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        host = host.strip("[]")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+                with ctx.wrap_socket(sock, server_hostname=host):
+                    pass
+        except ssl.SSLCertVerificationError as exc:
+            return f"{server.strip()}: TLS handshake failed: certificate verify failed: {exc.verify_message}"
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 __all__ = ["KafkaSettingError", "ProbeResult", "Refusal", "librdkafka_security", "option_key", "pkcs12_certificates",
-           "probe", "refusal"]
+           "probe", "refusal", "tls_verify_error"]
