@@ -133,7 +133,7 @@ class Refusal:
     fix: str
 
     def message(self, bootstrap: str) -> str:
-        return f"Kafka at {bootstrap} refused this client: {self.reason}. {self.key}: {self.fix}"
+        return f"Kafka at {bootstrap} refused this client: {self.reason.rstrip('.')}. {self.key}: {self.fix}"
 
 
 _AUTH = re.compile(r"SaslAuthenticationException|SASL authentication (error|failed)|invalid credentials|"

@@ -81,17 +81,17 @@ def make_ca(folder: Path, name: str = "applier test CA") -> CA:
     return CA(issued.cert_path, issued.key_path)
 
 
-def java_truststore(ca_pem: Path, path: Path, password_file: Path) -> Path:
-    """A PKCS12 trust store holding ``ca_pem`` as a trusted certificate, as Java's clients read it, made by the JDK's
-    own ``keytool`` (so the entry carries Java's trusted-certificate attribute); its password is read from
-    ``password_file`` (never on a command line)."""
+def java_truststore(ca_pem: Path, path: Path, password_file: Path, store_type: str = "PKCS12") -> Path:
+    """A trust store (PKCS12, or ``store_type`` "JKS") holding ``ca_pem`` as a trusted certificate, as Java's clients
+    read it, made by the JDK's own ``keytool`` (so the entry carries Java's trusted-certificate attribute); its
+    password is read from ``password_file`` (never on a command line)."""
     from applier.devtools.services.common import JAVA_PACKAGE, ensure_command
 
     java = Path(os.path.realpath(ensure_command("java", JAVA_PACKAGE, "keytool comes with Java")))
     keytool = java.parent / "keytool"
     path.unlink(missing_ok=True)
     r = subprocess.run([str(keytool), "-importcert", "-noprompt", "-alias", "ca", "-file", str(ca_pem),
-                        "-keystore", str(path), "-storetype", "PKCS12", "-storepass:file", str(password_file)],
+                        "-keystore", str(path), "-storetype", store_type, "-storepass:file", str(password_file)],
                        capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise RuntimeError(f"keytool -importcert failed: {r.stdout}{r.stderr}")
