@@ -103,3 +103,20 @@ def test_the_secured_broker_properties(ca, tmp_path) -> None:
                                 "--add-scram", "SCRAM-SHA-512=[name=applier,password=b2]"]
     with pytest.raises(Exception, match="letters, digits"):
         SaslSsl(keystore=tmp_path, ca=tmp_path, users={"admin": "a,b"}).scram_args()
+
+
+def test_the_registry_trusts_the_ca_file_it_is_given(ca, tmp_path) -> None:
+    """``[source.codec] registry_ca``: the registry client trusts that CA (made where the decoder lands: it is
+    shipped to Spark's workers), and a missing file is named at configuration time."""
+    import pickle
+    import ssl
+
+    from applier.codecs import get_decoder
+
+    dec = get_decoder("avro", registry_url="https://u:p@registry.internal:8081", registry_ca=str(ca.cert_path))
+    client = pickle.loads(pickle.dumps(dec)).registry
+    ctx = client._context()  # noqa: SLF001
+    assert isinstance(ctx, ssl.SSLContext) and ctx.check_hostname
+    assert [c["subject"] for c in ctx.get_ca_certs()] == [((("commonName", "applier test CA"),),)]
+    with pytest.raises(ValueError, match="registry_ca"):
+        get_decoder("avro", registry_url="https://registry.internal:8081", registry_ca=str(tmp_path / "none.pem"))
