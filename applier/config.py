@@ -5,9 +5,10 @@ Every problem is reported as a :class:`ConfigError` naming the dotted key at fau
 to put there. Unknown keys are errors, with the closest valid key suggested, so a typo never passes
 silently.
 
-Secrets: the target password comes from ``target.password_env`` or from ``${VAR}`` references in
-``target.url`` (``${VAR}`` also works in ``[source.kafka]`` and ``[spark.conf]`` values, for SASL or SSL
-secrets; ``$${`` writes a literal ``${``). The resolved password is only returned by
+Secrets: the target password comes from ``target.password_env``, ``target.password_file`` or from ``${VAR}`` /
+``${file:PATH}`` references in ``target.url`` (both also work in ``[source.kafka]``, ``[source.codec]`` and
+``[spark.conf]`` values, for SASL or SSL secrets; ``${file:PATH}`` is the file's text less one trailing newline;
+``$${`` writes a literal ``${``). The resolved password is only returned by
 :meth:`Settings.target_url`; ``repr``/``str`` of every settings object, :meth:`Settings.redacted` and
 every ``ConfigError`` message mask it, as well as ``[source.kafka]``/``[spark.conf]`` values whose key
 looks secret (password, secret, jaas, token, credential, key) or that came from ``${VAR}``.
@@ -46,7 +47,9 @@ Example (every key; see ``conf/*.toml``)::
 
     [target]
     url = "postgresql+psycopg://replica@127.0.0.1:5432/replica"   # required
-    password_env = "REPLICA_PASSWORD"     # optional
+    password_env = "REPLICA_PASSWORD"     # optional; or password_file = "/run/secrets/replica-password"
+    ssl_mode = "verify-full"              # optional: disable | require | verify-ca | verify-full (applier.dialect)
+    ssl_ca = "/etc/applier/tls/ca.pem"    # optional (alone it means verify-full); ssl_cert + ssl_key: a client cert
     batch_rows = 5000
     retry_seconds = 300                   # transient target faults are retried this long; 0: never
     on_unsupported_ddl = "stop"           # stop | skip
