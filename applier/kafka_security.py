@@ -149,8 +149,7 @@ _KEYSTORE = re.compile(r"Failed to load SSL keystore|keystore password was incor
                        r"truststore password", re.I)
 _PROTOCOL = re.compile(r"incorrect security\.protocol|wrong version number|packet length too long|"
                        r"Unsupported protocol|Unrecognized SSL message|plaintext connection\?|"
-                       r"Unexpected Kafka request of type METADATA during SASL handshake|"
-                       r"disconnected while requesting ApiVersion|Illegal SASL state", re.I)
+                       r"Unexpected Kafka request of type METADATA during SASL handshake|Illegal SASL state", re.I)
 
 
 def refusal(text: str, kafka: Mapping[str, str]) -> Refusal | None:

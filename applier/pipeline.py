@@ -630,6 +630,10 @@ def _query_failure(exc: BaseException, source_lost: list[SourceUnreachable], set
     if lost is not None:
         return lost
     text = java_text(exc)
+    refused = refusal(text, settings.source.kafka) if text else None
+    if refused is not None:  # a login or certificate refused while running (a rotated password): no retry repairs it
+        return SourceUnreachable(refused.message(settings.source.bootstrap_servers), cause=text, reason=refused.reason,
+                                 running=True)
     if text:
         log.error("the Spark query failed:\n%s", text)
     return PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}")

@@ -120,3 +120,22 @@ def test_the_registry_trusts_the_ca_file_it_is_given(ca, tmp_path) -> None:
     assert [c["subject"] for c in ctx.get_ca_certs()] == [((("commonName", "applier test CA"),),)]
     with pytest.raises(ValueError, match="registry_ca"):
         get_decoder("avro", registry_url="https://registry.internal:8081", registry_ca=str(tmp_path / "none.pem"))
+
+
+def test_a_refusal_while_running_stops_naming_the_setting_and_is_not_retried() -> None:
+    """Spark's source meets a refused login mid-run (a rotated password): the run stops with exit 5 naming the key,
+    not as an outage to wait out, nor as an unexplained Spark failure."""
+    from applier.config import parse_config
+    from applier.pipeline import SourceUnreachable, _query_failure
+
+    class QueryFailed(Exception):
+        _stackTrace = ("org.apache.spark.SparkException: Job aborted\n\tat org.apache.spark.X.y(X.scala:1)\n"
+                       "Caused by: org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed "
+                       "during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512\n")
+
+    settings = parse_config({"pipeline": {"name": "p", "checkpoint_dir": "/tmp/x"},
+                             "source": {"bootstrap_servers": "k:9093", "topics": ["t"], "protocol": "open"},
+                             "target": {"url": "mysql+pymysql://u@127.0.0.1:1/d"}})
+    stop = _query_failure(QueryFailed("query failed"), [], settings)
+    assert isinstance(stop, SourceUnreachable) and not stop.transient
+    assert 'source.kafka."sasl.jaas.config"' in str(stop) and "\tat " not in str(stop)
