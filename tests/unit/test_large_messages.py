@@ -505,6 +505,27 @@ def test_handle_key_only_row_gone_at_that_ts(protocol):
     assert "pw" not in str(e)
 
 
+class UnusableUpstream(FakeUpstream):
+    """An upstream that cannot serve the read (TiDB's GC passed the ts, or it is unreachable)."""
+
+    def fetch(self, schema, table, ts, key, what):
+        from applier.codecs.base import UpstreamUnusable
+
+        raise UpstreamUnusable(f"{what} of `{schema}`.`{table}`: the upstream TiDB cannot read as of ts {ts}")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_upstream_that_cannot_serve_the_read_is_an_upstream_decode_error(protocol):
+    """Not the message's fault: the DecodeError says so (``applier run`` then exits 5), also after the trip from a
+    Spark worker; a row that is not there stays a plain decode error."""
+    dec = decoder(protocol, upstream_url="mysql://u:pw@h/")
+    dec._large.upstream = UnusableUpstream({})
+    e = bad(dec, encode(protocol, ev(Op.INSERT, None, ROW), large_message=hko()), "cannot read as of ts")
+    assert e.upstream and pickle.loads(pickle.dumps(e)).upstream
+    dec._large.upstream = FakeUpstream({})
+    assert not bad(dec, encode(protocol, ev(Op.INSERT, None, ROW), large_message=hko()), "no row").upstream
+
+
 def test_handle_key_only_open_key_and_canal_extension_layouts():
     k = orjson.loads(encode("open", ev(Op.INSERT, None, ROW), large_message=hko()).key[16:])
     assert list(k) == ["ts", "scm", "tbl", "t", "ohk"] and k["ohk"] is True
