@@ -81,7 +81,7 @@ READY_TIMEOUT = 180.0
 STOP_TIMEOUT = 30.0
 MARKER = "build.json"
 GC_SAFE_POINT_ROW = "tikv_gc_safe_point"
-GC_TIME_FORMAT = "%Y%m%d-%H:%M:%S.000 +0000"  # TiDB's GC time layout, "20060102-15:04:05.000 -0700", in UTC
+
 INITIAL_SAFE_POINT = "20000101-00:00:00.000 +0000"
 
 _REPO = Path(__file__).resolve().parents[3]
@@ -321,7 +321,8 @@ def server_command(server: Path, data: Path, tmp: Path, p: int, sp: int, host: s
     """tidb-server's command line (pure: unit-tested)."""
     return [str(server), "-store", "unistore", "-path", str(data), "-host", host, "-P", str(p),
             "-status", str(sp), "-status-host", host, "-L", "warn", "-log-file", str(log_path("tidb.log")),
-            "-temp-dir", str(tmp), "-log-slow-query", str(log_path("tidb-slow.log"))]
+            "-temp-dir", str(tmp), "-log-slow-query", str(log_path("tidb-slow.log")),
+            "-socket", str(tmp / "tidb.sock")]  # (its default is /tmp/tidb-<port>.sock)
 
 
 def _connect(p: int, user: str = "root", password: str = "", timeout: float = 3):
@@ -406,6 +407,11 @@ def status() -> ServiceStatus:
                           f"{applier_home() / 'tidb' / 'data'}; logs: {log_path('tidb.log')}")
 
 
+def gc_time(when) -> str:
+    """A UTC datetime in TiDB's GC time layout, "20060102-15:04:05.000 -0700" (milliseconds kept)."""
+    return when.strftime("%Y%m%d-%H:%M:%S.") + f"{when.microsecond // 1000:03d} +0000"
+
+
 def set_gc_safe_point(url_or_port, when_ts: int) -> str:
     """Move TiDB's GC safe point to the physical time of TSO ``when_ts`` (as a GC run would; see the module's
     docstring) and return the value written. A snapshot read older than it is then refused by TiDB."""
@@ -414,8 +420,7 @@ def set_gc_safe_point(url_or_port, when_ts: int) -> str:
     from sqlalchemy.engine import make_url
 
     p = url_or_port if isinstance(url_or_port, int) else make_url(url_or_port).port
-    when = dt.datetime.fromtimestamp((when_ts >> 18) / 1000, dt.timezone.utc)
-    value = when.strftime(GC_TIME_FORMAT)
+    value = gc_time(dt.datetime.fromtimestamp((when_ts >> 18) / 1000, dt.timezone.utc))
     _sql(p, [("UPDATE mysql.tidb SET VARIABLE_VALUE = %s WHERE VARIABLE_NAME = %s", (value, GC_SAFE_POINT_ROW))])
     return value
 
