@@ -421,8 +421,11 @@ class _Load:
                         rows += self._load_file(conn, sink, meta, pl, f)
                         self.counter.file_done()
                     out.append(TableLoaded(pl.source, target, rows, len(pl.export.data)))
-                self._record(conn, out)
+                # the writer check first: its row lock (applier_writers) makes the tables' record steps take
+                # turns; two InnoDB transactions deleting a missing applier_loads row, then inserting it, each
+                # wait for the other's gap lock (a deadlock, seen with --threads 2 on MariaDB)
                 self.store.check_writer(conn)
+                self._record(conn, out)
                 tx.commit()
             except ExportError as exc:  # a data file that is not Dumpling's syntax (file and line named)
                 if tx.is_active:
