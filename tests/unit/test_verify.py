@@ -191,7 +191,12 @@ def test_key_expressions_compare_strings_by_code_point_on_both_sides() -> None:
 
 
 def test_read_expressions() -> None:
-    assert read_expr("tidb", "`d`", "datetime") == "DATE_FORMAT(`d`, '%Y-%m-%d %H:%i:%s.%f')"
+    assert read_expr("mysql", "`d`", "datetime") == "DATE_FORMAT(`d`, '%Y-%m-%d %H:%i:%s.%f')"
+    # TiDB's DATE_FORMAT gives NULL for zero dates: its CAST, padded to six fractional digits (a TiDB with zero
+    # dates verified against MariaDB and PostgreSQL replicas: tests/e2e/test_tidb_load.py)
+    assert read_expr("tidb", "`d`", "date") == "CAST(`d` AS CHAR)"
+    assert read_expr("tidb", "`d`", "datetime") == \
+        "RPAD(CONCAT(CAST(`d` AS CHAR), IF(INSTR(CAST(`d` AS CHAR), '.') > 0, '', '.')), 26, '0')"
     assert read_expr("mariadb", "`f`", "float") == "CAST(`f` AS DOUBLE)"
     assert read_expr("mysql", "`f`", "float") == "`f`"
     assert "AT TIME ZONE 'UTC'" in read_expr("postgresql", '"t"', "timestamp(6) with time zone")
