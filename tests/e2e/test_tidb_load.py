@@ -3,16 +3,18 @@
 
 TiDB (applier/devtools/services/tidb.py) holds two tables: ``items`` (400 rows, changed all the time by a thread)
 and ``t_types`` (every column type, with values that trip up text formats: quotes, backslashes, ``NULL`` and
-``\\N`` as strings, line breaks, binary bytes, zero dates, BIT, DECIMAL scales, ENUM/SET, JSON). Dumpling, built
-with TiDB, exports the database while ``items`` keeps changing, at its snapshot TSO S, in several files per table
-(``--filesize 4KiB``): SQL into MariaDB, gzipped CSV into PostgreSQL. Every transaction, before and after S, is in the
-Canal-JSON changefeed of tests/e2e/tidb_feed.py. ``applier load`` seeds the target (``applier verify --upstream``
+``\\N`` as strings, line breaks, binary bytes, zero dates, BIT, DECIMAL scales, ENUM/SET, JSON), and ``skip_me``,
+which the routes ignore. Dumpling, built with TiDB, exports the database while ``items`` keeps changing, at its
+snapshot TSO S, in several files per table (``--filesize 4KiB``): SQL into MariaDB, gzipped CSV into PostgreSQL.
+Every transaction, before and after S, is in the Canal-JSON changefeed of tests/e2e/tidb_feed.py. ``applier load`` seeds the target (``applier verify --upstream``
 then finds it equal to TiDB at S), the pipeline drops exactly the changes committed at or before S and applies the
-rest, and the target ends equal to TiDB.
+rest (an ADD COLUMN among them), and the target ends equal to TiDB. A second load is refused (exit 2); ``--replace``
+(one table dropped by hand before, so created again) reloads, restarts the pipeline at S, and the next run ends equal
+to TiDB again.
 
-An export cut short stops ``applier load`` with exit 2 and nothing loaded: a data file that ends mid-row (named with
-its line), and an export without the ``metadata`` file Dumpling writes last (what a Dumpling that was stopped or
-failed leaves).
+An export cut short stops ``applier load`` with exit 2, naming the file and the fix, and nothing loaded: a data file
+that ends mid-row (SQL) or whose gzip stream stops early (CSV), and an export without the ``metadata`` file Dumpling
+writes last (what a Dumpling that was stopped or failed leaves).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tests.e2e.tricky_values import TRICKY, TYPES
 pytestmark = pytest.mark.e2e
 
 T_TYPES = Table("t_types", dict(TYPES))
+SKIP_ME = Table("skip_me", {"id": "int", "v": "varchar(32)"})  # in the export, ignored by the routes
 
 
 def _types_rows(rng: random.Random) -> list[dict]:
@@ -91,9 +94,11 @@ def test_load_of_a_real_dumpling_export_then_the_changefeed_converges(urls, spar
     try:
         feed.create(ITEMS)
         feed.create(T_TYPES)
+        feed.create(SKIP_ME)
         for lo in range(1, 401, 50):
             feed.insert("items", *(item(rng, i) for i in range(lo, lo + 50)))
         feed.insert("t_types", *_types_rows(rng))
+        feed.insert("skip_me", *({"id": i, "v": f"not routed {i}"} for i in range(1, 6)))
         churn = Churn(feed, seed=rng.randrange(1000)).start(at_least=10)
         try:
             export = dumpling(tidb, up, tmp_path / "export", filetype, *extra)
@@ -104,6 +109,10 @@ def test_load_of_a_real_dumpling_export_then_the_changefeed_converges(urls, spar
             churn.stop()
         for k in (1, 2, 3):  # and t_types too, after S
             feed.update("t_types", k, c="after S", tx=None, j='{"after": "S"}')
+        feed.add_column("items", "extra", "varchar(16)")  # a DDL after S, and rows that use it
+        live = sorted(feed.state["items"])
+        feed.txn([("update", "items", k, {"extra": v}) for k, v in zip(live[:4], TRICKY["extra"])]
+                 + [("insert", "items", dict(item(rng, 5000), extra="new"))])
         snapshot = parse_metadata((export / "metadata").read_text()).snapshot_ts
         assert snapshot is not None
         stamps = [ts for ts, *_ in feed.history]
@@ -118,21 +127,23 @@ def test_load_of_a_real_dumpling_export_then_the_changefeed_converges(urls, spar
             "pipeline": {"name": f"p-{topic}", "checkpoint_dir": str(tmp_path / "ckpt")},
             "source": {"bootstrap_servers": urls.kafka, "topics": [topic], "protocol": "canal-json"},
             "target": {"url": target_url(urls, target)},
-            "route": [{"match": "*.*", "ignore": True}, {"match": f"{up}.*", "schema": schema}],
+            "route": [{"match": "*.*", "ignore": True}, {"match": f"{up}.*", "schema": schema},
+                      {"match": f"{up}.skip_*", "ignore": True}],
         }
         conf = str(write_toml(tmp_path / "c.toml", cfg))
         settings = parse_config(cfg)
         assert main(["load", "-c", conf, "--dumpling", str(export), "--threads", "2"]) == 0
         out = capsys.readouterr().out
-        assert f"starts after snapshot ts {snapshot}" in out, out
+        assert f"starts after snapshot ts {snapshot}" in out and f"ignored by the routes: {up}.skip_me" in out, out
         # the load alone is TiDB at S: verify reads TiDB at the applied ts, which the load set to S
         code, out = _verify(capsys, conf, tidb.url)
         assert code == 0 and f"upstream TiDB at TSO {snapshot}" in out and out.count("in replica: equal") == 3, out
 
         res = run(settings, until_caught_up=True, spark=spark, progress=False)
-        # exactly the changes committed at or before S were dropped (the CREATE TABLE copies among them)
+        # exactly the changes of the routed tables committed at or before S were dropped (CREATE TABLE copies too)
         at_or_before = sum(1 for m in feed.messages if m.commit_ts <= snapshot
-                           and orjson.loads(m.value).get("type") != "TIDB_WATERMARK")
+                           and orjson.loads(m.value).get("type") != "TIDB_WATERMARK"
+                           and orjson.loads(m.value)["table"] != "skip_me")
         assert res.gate["duplicates_dropped"] == at_or_before
         engine = create_engine(target_url(urls, target))
         try:
@@ -146,6 +157,31 @@ def test_load_of_a_real_dumpling_export_then_the_changefeed_converges(urls, spar
             out
         n = len(feed.state["items"])
         assert f"{n} rows upstream, {n} in replica: equal" in out
+
+        # a second load is refused: the pipeline has progress and a recorded load
+        assert main(["load", "-c", conf, "--dumpling", str(export)]) == 2
+        err = capsys.readouterr().err
+        assert "already has progress" in err and "applier_loads" in err and "--replace" in err, err
+        # --replace: t_types dropped by the operator is created again at the snapshot's shape, items (with the
+        # column added after S) emptied and reloaded, the pipeline restarted at S; its next run replays the
+        # changes after S, the ADD COLUMN already in effect, and ends equal to TiDB again
+        engine = create_engine(target_url(urls, target))
+        try:
+            q = "`" if target == "mariadb" else '"'
+            with engine.begin() as c:
+                c.exec_driver_sql(f"DROP TABLE {q}{schema}{q}.{q}t_types{q}")
+            assert main(["load", "-c", conf, "--dumpling", str(export), "--replace"]) == 0, capsys.readouterr()
+            capsys.readouterr()
+            with engine.connect() as c:
+                assert c.execute(select(P.pipelines.c.applied_ts)
+                                 .where(P.pipelines.c.pipeline == settings.pipeline.name)).scalar() == snapshot
+                assert not inspect(c).has_table("skip_me", schema=schema)
+        finally:
+            engine.dispose()
+        run(settings, until_caught_up=True, spark=spark, progress=False)
+        code, out = _verify(capsys, conf, tidb.url)
+        assert code == 0 and f"upstream TiDB at TSO {feed.last_ts}" in out and out.count("in replica: equal") == 3, \
+            out
     finally:
         feed.close()
 

@@ -186,12 +186,28 @@ class Feed:
             with self.conn.cursor() as cur:
                 cur.execute(table.create_sql())
             self.conn.commit()
-            self.tables[table.name] = table
+            self.tables[table.name] = Table(table.name, dict(table.types), table.key)  # add_column changes it
             self.state[table.name] = {}
             ts = tso(self.conn)  # after the DDL finished, before any change of the table
             for p in range(self.partitions):  # TiCDC broadcasts DDL
                 self._send(ts, p, DDL(self.schema, table.name, ts, table.create_sql(), SourcePosition("", p, 0),
                                       ddl_type=3))
+            self._resolved(ts)
+            return ts
+
+    def add_column(self, table: str, name: str, full: str) -> int:
+        """ALTER TABLE ... ADD COLUMN, sent as TiCDC sends a DDL (at a TSO read after it finished)."""
+        with self.lock:
+            sql = f"ALTER TABLE `{table}` ADD COLUMN `{name}` {full} NULL"
+            with self.conn.cursor() as cur:
+                cur.execute(sql)
+            self.conn.commit()
+            self.tables[table].types[name] = full
+            for row in self.state[table].values():
+                row[name] = None
+            ts = tso(self.conn)
+            for p in range(self.partitions):
+                self._send(ts, p, DDL(self.schema, table, ts, sql, SourcePosition("", p, 0), ddl_type=5))
             self._resolved(ts)
             return ts
 

@@ -1,6 +1,5 @@
-"""Column types and the values of them that trip up text formats (Dumpling's SQL and CSV, Canal-JSON), shared by
-the load tests: tests/e2e/test_load_dumpling.py (exports written by the project's writer) and
-tests/e2e/test_tidb_load.py (exports of the real Dumpling from a real TiDB)."""
+"""Column types and the values of them that trip up text formats (Dumpling's SQL and CSV, Canal-JSON), for the
+load of the real Dumpling's exports of a real TiDB (tests/e2e/test_tidb_load.py)."""
 
 from __future__ import annotations
 
