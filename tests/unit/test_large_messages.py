@@ -1,6 +1,6 @@
 """TiCDC's large-message variants (issue 14, point 4) for Open Protocol, Canal-JSON and Simple (JSON and Avro):
 claim-check messages read from file:// and s3:// storage (a moto S3 server this module starts and stops),
-handle-key-only messages completed from an upstream (a stand-in object here; the real reader against MariaDB is in
+handle-key-only messages completed from an upstream (a stand-in object here; the real reader against a real TiDB is in
 tests/e2e/test_large_messages.py), large-message-handle-compression (snappy, lz4), and every bad input as a
 DecodeError naming the message's position and table.
 
@@ -59,7 +59,7 @@ PROTOCOLS = ["open", "canal-json", "simple", "simple-avro"]
 
 def upstream_row(row: dict) -> UpstreamRow:
     """``row`` as the upstream reader hands it over: MySQL's text, bytes for binary columns, ENUM/SET/BIT as the
-    text of their number (tests/e2e/test_large_messages.py checks the real reader against MariaDB gives this)."""
+    text of their number (tests/e2e/test_large_messages.py checks the real reader against TiDB gives this)."""
     spec = {"id": ("int", "int(11)", "PRI"), "note": ("text", "text", ""), "amount": ("decimal", "decimal(10,2)", ""),
             "body": ("blob", "blob", ""), "kind": ("enum", "enum('a','b','c')", ""), "flags": ("bit", "bit(5)", ""),
             "at": ("datetime", "datetime(6)", ""), "ratio": ("double", "double", ""),
