@@ -199,8 +199,8 @@ def test_handle_key_only_rows_are_read_from_tidb_at_their_commit_ts(tidb, tidb_d
     """Against a real TiDB: an insert's row is read as of its commit ts and an update's new row as of its commit ts
     and old row as of commit ts - 1, although the row was changed again and then deleted since; every column type
     decodes, through each protocol, exactly as the full message does. A row that did not exist at the ts is a
-    DecodeError; a TiDB whose GC passed the ts, or one that cannot be reached, is an upstream error (``applier
-    run`` exit 5) naming the setting and the fix, with the password masked."""
+    DecodeError; a TiDB whose GC passed the ts, or (Canal-JSON) one that cannot be reached, is an upstream error
+    (``applier run`` exit 5) naming the setting and the fix, with the password masked."""
     db = f"hk_{unique}_{protocol.replace('-', '_')}"
     tidb_database(db)
     conn = connect(tidb.url)
@@ -247,12 +247,12 @@ def test_handle_key_only_rows_are_read_from_tidb_at_their_commit_ts(tidb, tidb_d
     assert "on_decode_error" in reason and "--fix-sql" in reason and "Nothing of this message was applied" in reason
     assert ":applier@" not in reason and ":***@" in reason
 
-    # TiDB unreachable (after the reader's retries)
-    with pytest.raises(DecodeError) as ei:
-        _decoder(protocol, db, upstream_url=tidb_service.tidb_url(1)).decode(update_small)
-    reason = str(ei.value)
-    assert ei.value.upstream and "could not be reached after 5 attempts" in reason
-    assert "source.codec.upstream_url" in reason and ":applier@" not in reason
+    if protocol == "canal-json":  # TiDB unreachable (after the reader's retries: 3 s; the same for every protocol)
+        with pytest.raises(DecodeError) as ei:
+            _decoder(protocol, db, upstream_url=tidb_service.tidb_url(1)).decode(update_small)
+        reason = str(ei.value)
+        assert ei.value.upstream and "could not be reached after 5 attempts" in reason
+        assert "source.codec.upstream_url" in reason and ":applier@" not in reason
 
 
 def test_a_server_that_is_not_tidb_is_refused_unless_told_to_read_its_current_rows(urls, unique) -> None:
