@@ -102,9 +102,7 @@ def test_load_of_a_real_dumpling_export_then_the_changefeed_converges(urls, spar
         churn = Churn(feed, seed=rng.randrange(1000)).start(at_least=10)
         try:
             export = dumpling(tidb, up, tmp_path / "export", filetype, *extra)
-            made = len(churn.commits)
-            while len(churn.commits) < made + 10:  # TiDB goes on changing after the snapshot
-                churn._stop.wait(0.05)
+            churn.wait_for(len(churn.commits) + 10)  # TiDB goes on changing after the snapshot
         finally:
             churn.stop()
         for k in (1, 2, 3):  # and t_types too, after S

@@ -379,12 +379,16 @@ class Churn:
 
     def start(self, at_least: int = 5, timeout: float = 60) -> "Churn":
         self._thread.start()
+        self.wait_for(at_least, timeout)
+        return self
+
+    def wait_for(self, commits: int, timeout: float = 60) -> None:
+        """Until the thread has made ``commits`` transactions in all (it failing, or too slow, fails the test)."""
         deadline = time.monotonic() + timeout
-        while len(self.commits) < at_least:
+        while len(self.commits) < commits:
             assert self.error is None, self.error
             assert time.monotonic() < deadline, f"TiDB made {len(self.commits)} commits in {timeout} s"
             time.sleep(0.05)
-        return self
 
     def stop(self) -> int:
         self._stop.set()
