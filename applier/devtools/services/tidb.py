@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -268,7 +269,7 @@ def resolve(progress=None) -> dict[str, Path]:
                      f"a cold build takes many minutes (log: {log})")
         t0 = time.monotonic()
         with open(log, "ab") as out:
-            out.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} in {mod}: {' '.join(argv)}\n".encode())
+            out.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} in {mod}: {shlex.join(argv)}\n".encode())
             out.flush()
             r = subprocess.run(argv, cwd=mod, env=build_env(go), stdin=subprocess.DEVNULL, stdout=out,
                                stderr=subprocess.STDOUT)
