@@ -463,8 +463,9 @@ def test_tidb_is_read_at_the_applied_ts() -> None:
     assert ("SET @@tidb_snapshot = :ts", {"ts": "449567000000000000"}) in conn.sql
     assert ("SET SESSION time_zone = '+00:00'", {}) in conn.sql
     assert line.startswith("consistent: upstream TiDB at TSO 449567000000000000")
-    with pytest.raises(VerifyError, match="no applied resolved ts"):
+    with pytest.raises(VerifyError, match="no applied resolved ts") as ei:
         begin_upstream(Side(_StubConn(), "tidb"), None)  # type: ignore[arg-type]
+    assert ei.value.code == 2  # nothing to read at: the pipeline's state, not the upstream (GC passed: 5, e2e)
 
 
 def test_mysql_upstream_is_read_live_and_says_so() -> None:
