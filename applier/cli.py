@@ -241,7 +241,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Without --upstream: check the applier's own tables. With it: compare the replica with the upstream, chunk
     by chunk (applier/verify/; docs/verify.md). Exit 0 equal/consistent, 1 differences/problems, 2 a
-    bad option, 5 the upstream is unreachable."""
+    bad option (or no applied ts to read at), 5 the upstream is unreachable or cannot read at that ts (its GC
+    passed it)."""
     from applier import verify as vr
     from applier.dialect import dialect_for
     from applier.pipeline import decoder_for, make_engine, router_for
@@ -279,7 +280,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                             replica_shown=settings.target.url_redacted, chunk_rows=args.chunk_rows, fix=fix)
         except vr.VerifyError as exc:
             print(f"stopped: {exc}", file=sys.stderr)
-            return 1
+            return exc.code
         finally:
             upstream.dispose()
         print(vr.format_report(res, max_keys=args.max_keys))
@@ -523,6 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.say(f"config error: {exc}")
         return EXIT_CONFIG
     except DecodeError as exc:
+        if exc.upstream:  # the message is fine; the upstream TiDB that completes it is not (the reason says why)
+            logs.say(f"stopped: {exc}")
+            return EXIT_TARGET
         logs.say(f"stopped: {exc}. Fix the producer/changefeed settings (source.protocol must match the "
                  "changefeed's protocol), or set pipeline.on_decode_error = \"quarantine\" to keep such messages "
                  "in applier_quarantine and go on.")

@@ -55,7 +55,7 @@ from applier.mysql_values import binary_type_name, canonical_type_name
 
 __all__ = [
     "ExportError", "Metadata", "DataFile", "TableExport", "Export", "SourceColumn", "TableDef", "ReadOptions",
-    "RowBatch", "parse_metadata", "scan", "parse_table_schema", "read_rows", "line_of", "to_bytes",
+    "RowBatch", "parse_metadata", "scan", "unfinished", "cut_short", "parse_table_schema", "read_rows", "line_of", "to_bytes",
     "unescape_sql", "split_data_name",
 ]
 
@@ -245,6 +245,57 @@ def scan(root: Path) -> Export:
     for t in tables.values():
         t.data.sort(key=lambda f: (len(f.index), f.index, f.format))
     return Export(root, metadata, dict(sorted(tables.items())), not_loaded, unknown)
+
+
+def unfinished(export: Export) -> str | None:
+    """Why ``export`` is not a finished Dumpling export, or None. Dumpling writes ``metadata`` last, in one piece
+    with its ``Finished dump at:`` line, and only when every table was dumped (``dumpling/export/dump.go``: the
+    deferred ``writeGlobalMetaData`` runs only when ``Dump`` returns no error): an export without it was cut
+    short (Dumpling stopped, killed or failed, or still running), and its last data files may end mid-row and
+    whole tables may be missing, which no check of the files can see."""
+    root = export.root
+    if export.metadata is None:
+        why = "has no 'metadata' file"
+    elif export.metadata.finished is None:
+        why = "has a 'metadata' file without its 'Finished dump at:' line"
+    else:
+        return None
+    return (f"{root} {why}: Dumpling writes that file last, once every table is dumped, so this export is "
+            "unfinished (Dumpling was stopped or failed, or is still running) and its tables may be cut short or "
+            "missing. Take the export again and load it once Dumpling has finished (its metadata file then ends "
+            "with 'Finished dump at:'); nothing was loaded")
+
+
+def cut_short(f: DataFile) -> str | None:
+    """Why data file ``f`` ends where no file of Dumpling's ends, or None. Dumpling ends every INSERT statement of
+    an SQL file with ``;`` and every CSV record with a line break (``--csv-line-terminator``, ``\\r\\n`` by
+    default), so a file that stops elsewhere was cut short: Dumpling stopped while writing it, or the copy of the
+    export is incomplete. A gzip file is read to its end (decompression only: cheap beside the load), which also
+    finds a stream cut short. Checked for every file before anything is written, so a cut file loads nothing."""
+    tail = b""
+    try:
+        if f.compression == "gzip":
+            with gzip.open(f.path, "rb") as fh:
+                while True:
+                    chunk = fh.read(1 << 20)
+                    if not chunk:
+                        break
+                    tail = (tail + chunk)[-64:]
+        else:
+            with open(f.path, "rb") as fh:
+                size = fh.seek(0, 2)
+                fh.seek(max(0, size - 64))
+                tail = fh.read()
+    except (OSError, EOFError) as exc:  # a gzip stream that stops before its end, or no gzip at all
+        return f"{f.name} cannot be read to its end ({exc})"
+    end = tail.rstrip(b" \t\r\n") if f.format == "sql" else tail
+    if not end:
+        return None  # an empty file holds no row to lose
+    if f.format == "sql" and not end.endswith(b";"):
+        return f"{f.name} ends in the middle of a statement (its last bytes: {tail[-24:]!r:.60})"
+    if f.format == "csv" and not end.endswith(b"\n"):
+        return f"{f.name} ends in the middle of a record (its last bytes: {tail[-24:]!r:.60})"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------

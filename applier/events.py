@@ -128,7 +128,7 @@ class DecodeError(Exception):
 
     def __init__(self, position: SourcePosition, reason: str, *, protocol: str = "",
                  held_message: "KafkaMessage | None" = None, table: "tuple[str, str] | None" = None,
-                 rowless: bool = False) -> None:
+                 rowless: bool = False, upstream: bool = False) -> None:
         self.position = position
         self.reason = reason
         self.protocol = protocol
@@ -142,6 +142,10 @@ class DecodeError(Exception):
         # message: this is the bad one, to quarantine instead of the message being decoded (whose offset the
         # gate must not take as done, since its own events come back with the next call).
         self.held_message = held_message
+        # Nothing is wrong with the message: what completes it (the upstream TiDB of a handle-key-only row) could
+        # not be had - unreachable, or its GC passed the ts. Under on_decode_error = "stop", `applier run` exits 5
+        # (a source it needs is unusable) rather than 3, and the reason names the setting and the fix.
+        self.upstream = upstream
         where = f"{protocol} message at {position}" if protocol else f"message at {position}"
         super().__init__(f"cannot decode {where}: {reason}")
 

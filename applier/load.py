@@ -3,7 +3,10 @@
 What it does, in this order (nothing is written before every check passed):
 
 1. reads the export (:mod:`applier.dumpling`): the snapshot TSO ``S`` from ``metadata`` (or ``--snapshot-ts``),
-   the tables the config's ``[[route]]`` rules keep, their CREATE TABLE and data files;
+   the tables the config's ``[[route]]`` rules keep, their CREATE TABLE and data files; an export cut short is
+   refused: one without the ``metadata`` file Dumpling writes last, once every table is dumped, and one with a
+   data file that does not end where Dumpling ends its files (an SQL file after a ``;``, a CSV file after a line
+   break, a gzip file at the end of its stream);
 2. refuses when the pipeline already has progress or a recorded load (unless ``--replace``), when a target table
    that exists is not empty (unless ``--replace``) or lacks a column of the export, or when the stream could not
    honour ``S`` (a protocol without resolved ts, or ``starting_offsets = "latest"``, which would skip the changes
@@ -58,7 +61,7 @@ from applier.ddl import UnsupportedDDL
 from applier.dialect import Dialect, dialect_for, target_engine, tls_failure
 from applier.dumpling import (
     DataFile, ExportError, ReadOptions, SourceColumn, TableDef, TableExport, line_of, parse_table_schema,
-    read_rows, read_text, scan,
+    read_rows, read_text, scan, unfinished, cut_short,
 )
 from applier.load_values import first_error, row_function
 from applier.progress import ProgressStore, TableProgress
@@ -148,6 +151,10 @@ class LoadResult:
 # the plan: what to load where (no database yet)
 
 
+def _counted(n: int) -> str:
+    return "a data file was" if n == 1 else f"{n} data files were"
+
+
 def snapshot_of(export_ts: int | None, given: int | None, root: Path) -> int:
     if given is not None:
         if given <= 0 or given >= 1 << 63:
@@ -215,6 +222,9 @@ def load(settings: Settings, opts: LoadOptions) -> LoadResult:
         export = scan(opts.export)
     except ExportError as exc:
         raise LoadError(str(exc)) from None
+    why = unfinished(export)
+    if why:
+        raise LoadError(why)
     snapshot = snapshot_of(export.metadata.snapshot_ts if export.metadata else None, opts.snapshot_ts, opts.export)
     start_ts = getattr(settings.source, "start_ts", None)
     if start_ts and start_ts != snapshot:
@@ -228,6 +238,11 @@ def load(settings: Settings, opts: LoadOptions) -> LoadResult:
     if not plans:
         raise LoadError(f"no table of the export in {opts.export} is kept by the config's [[route]] rules "
                         f"({len(ignored)} ignored): check the routes, or the export's folder")
+    cut = [why for pl in plans for f in pl.export.data if (why := cut_short(f))]
+    if cut:
+        raise LoadError(f"{'; '.join(cut[:5])}{' ...' if len(cut) > 5 else ''}: {_counted(len(cut))} cut short "
+                        "(Dumpling stopped while writing, or the copy of the export is incomplete). Take the export "
+                        "again (or copy it again whole); nothing was loaded")
     result = LoadResult(settings.pipeline.name, snapshot, settings.target.url_redacted, ignored=ignored,
                         not_loaded=export.not_loaded, unknown=export.unknown)
     groups = group_by_target(plans)
@@ -406,8 +421,11 @@ class _Load:
                         rows += self._load_file(conn, sink, meta, pl, f)
                         self.counter.file_done()
                     out.append(TableLoaded(pl.source, target, rows, len(pl.export.data)))
-                self._record(conn, out)
+                # the writer check first: its row lock (applier_writers) makes the tables' record steps take
+                # turns; two InnoDB transactions deleting a missing applier_loads row, then inserting it, each
+                # wait for the other's gap lock (a deadlock, seen with --threads 2 on MariaDB)
                 self.store.check_writer(conn)
+                self._record(conn, out)
                 tx.commit()
             except ExportError as exc:  # a data file that is not Dumpling's syntax (file and line named)
                 if tx.is_active:

@@ -11,6 +11,16 @@ class Malformed(Exception):
     """Raised inside a decoder with the reason only; :func:`guarded_decode` adds the message's position."""
 
 
+class UpstreamUnusable(Malformed):
+    """The message is fine, but the upstream TiDB that completes it (handle-key-only rows) cannot serve the read:
+    unreachable, not TiDB, or its GC passed the ts. Becomes a DecodeError with ``upstream=True``."""
+
+
+def decode_error(position: Any, e: Malformed, protocol: str) -> DecodeError:
+    """The DecodeError of a Malformed reason at ``position``."""
+    return DecodeError(position, str(e), protocol=protocol, upstream=isinstance(e, UpstreamUnusable))
+
+
 def guarded_decode(protocol: str, decode: Callable[[KafkaMessage], list[Event]], msg: KafkaMessage,
                    passthrough: tuple[type[BaseException], ...] = ()) -> list[Event]:
     """Run a decoder's body so that malformed input of any kind surfaces as a DecodeError naming the
@@ -23,7 +33,7 @@ def guarded_decode(protocol: str, decode: Callable[[KafkaMessage], list[Event]],
     except passthrough:
         raise
     except Malformed as e:
-        raise DecodeError(msg.position, str(e), protocol=protocol) from None
+        raise decode_error(msg.position, e, protocol) from None
     except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
         raise DecodeError(msg.position, f"unexpected {type(e).__name__} while decoding: {e}", protocol=protocol) from e
 

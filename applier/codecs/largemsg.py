@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from applier.codecs.base import Malformed
+from applier.codecs.base import Malformed, UpstreamUnusable
 
 __all__ = [
     "COMPRESSIONS",
@@ -476,16 +476,23 @@ class Upstream:
                 with attempt:
                     row = self._fetch_once(schema, table, ts, key)
         except Malformed as e:
-            raise Malformed(f"{what} of {name}: {e}") from None
+            raise type(e)(f"{what} of {name}: {e}") from None
         except DBAPIError as e:
-            transient = _db_transient(e)
-            raise Malformed(
-                f"{what} of {name}: the upstream {self.describe()} "
-                f"{'could not be reached after %d attempts' % RETRY_ATTEMPTS if transient else 'refused the read'}: "
-                f"{_db_reason(e)}{_gc_hint(e)}") from None
+            if _db_gc_passed(e):
+                raise UpstreamUnusable(
+                    f"{what} of {name}: the upstream TiDB {self.describe()} cannot read as of ts {ts}: "
+                    f"{_db_reason(e)}. {GC_FIX}") from None
+            if _db_transient(e):
+                raise UpstreamUnusable(
+                    f"{what} of {name}: the upstream {self.describe()} could not be reached after {RETRY_ATTEMPTS} "
+                    f"attempts: {_db_reason(e)}. {REACH_FIX}") from None
+            raise UpstreamUnusable(
+                f"{what} of {name}: the upstream {self.describe()} refused the read: {_db_reason(e)}. Check "
+                f"{_option('upstream_url')}: its user must be able to SELECT the table and set tidb_snapshot; "
+                "nothing of this message was applied") from None
         except Exception as e:  # noqa: BLE001 - a driver error of another kind
-            raise Malformed(f"{what} of {name}: reading the upstream {self.describe()} failed: "
-                            f"{type(e).__name__}: {str(e)[:300]}") from None
+            raise UpstreamUnusable(f"{what} of {name}: reading the upstream {self.describe()} failed: "
+                                   f"{type(e).__name__}: {str(e)[:300]}. {REACH_FIX}") from None
         if row is None:
             when = ("in its current state (upstream_read_current_state: not TiDB, no snapshot)"
                     if not self._is_tidb else f"as of ts {ts} (tidb_snapshot)")
@@ -502,7 +509,7 @@ class Upstream:
             if self._is_tidb is None:
                 self._is_tidb = _probe_tidb(conn)
             if not self._is_tidb and not self.read_current_state:
-                raise Malformed(
+                raise UpstreamUnusable(
                     f"the upstream {self.describe()} ({_option('upstream_url')}) is not TiDB (SELECT tidb_version() "
                     "failed), so it cannot read the row as of the change's commit ts; point upstream_url at the "
                     "changefeed's upstream TiDB (set upstream_read_current_state = true only for a stand-in "
@@ -606,11 +613,20 @@ def _db_reason(exc: Any) -> str:
     return (str(orig) if orig is not None else str(exc)).splitlines()[0][:300]
 
 
-def _gc_hint(exc: Any) -> str:
-    if _db_errno(exc) == 8055 or "GC safe point" in _db_reason(exc):
-        return (" (the snapshot is older than the upstream's GC safe point: raise tidb_gc_life_time so that it "
-                "outlives the applier's lag)")
-    return ""
+def _db_gc_passed(exc: Any) -> bool:
+    """TiDB's error 8055: the snapshot asked for is older than the GC safe point."""
+    return _db_errno(exc) == 8055 or "GC safe point" in _db_reason(exc)
+
+
+#: the fix, when TiDB's GC has passed the commit ts of a handle-key-only row
+GC_FIX = ("TiDB's GC has passed this change's commit ts, so the row as of it is gone and the message cannot be "
+          "completed. Keep tidb_gc_life_time upstream longer than the applier can lag (e.g. SET GLOBAL "
+          "tidb_gc_life_time = '24h'); for the rows already lost, seed the table again (applier load --replace "
+          "of a new Dumpling export) or let this change go (pipeline.on_decode_error = \"skip\") and repair the "
+          "table with applier verify --upstream ... --fix-sql. Nothing of this message was applied")
+#: the fix, when the upstream cannot be reached
+REACH_FIX = (f"Check {_option('upstream_url')} (host, port, user, password) and that TiDB is reachable from the "
+             "applier's driver and executors, then run again: nothing of this message was applied")
 
 
 def _show_key(key: dict[str, Any]) -> str:

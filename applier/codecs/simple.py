@@ -164,7 +164,7 @@ import orjson
 from applier import mysql_values as T
 from applier.codecs import WORKER_CHECK, WORKER_DONE, WORKER_RAW
 from applier.codecs import checksum as CK
-from applier.codecs.base import Malformed
+from applier.codecs.base import Malformed, decode_error
 from applier.codecs.largemsg import LargeMessages, UpstreamRow
 from applier.events import (
     DDL,
@@ -846,7 +846,7 @@ class SimpleDecoder:
         except _Bad as e:
             self._ready = out
             self._hold_summary = None
-            raise DecodeError(where, str(e), protocol=PROTOCOL) from None
+            raise decode_error(where, e, PROTOCOL) from None
         except Exception as e:  # noqa: BLE001 - the contract is: nothing but DecodeError escapes
             self._ready = out
             self._hold_summary = None

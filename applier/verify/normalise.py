@@ -287,6 +287,11 @@ def read_expr(flavour: str, col: str, col_type: str) -> str:
         if b in ("json", "jsonb", "bit"):
             return f"CAST({col} AS text)"
         return col
+    if flavour == "tidb" and b in ("date", "datetime", "timestamp"):
+        # TiDB's DATE_FORMAT gives NULL for a zero date and for one with a zero month or day, which MySQL and
+        # MariaDB print; its CAST prints them, with the column's fractional digits (none, 3, 6...), padded to six
+        text = f"CAST({col} AS CHAR)"
+        return text if b == "date" else f"RPAD(CONCAT({text}, IF(INSTR({text}, '.') > 0, '', '.')), 26, '0')"
     if b == "date":
         return f"DATE_FORMAT({col}, '%Y-%m-%d')"
     if b in ("datetime", "timestamp"):

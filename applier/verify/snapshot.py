@@ -22,7 +22,12 @@ from applier import progress as p
 
 class VerifyError(Exception):
     """Verify cannot go on (no progress to read a snapshot at, a TiDB snapshot past the GC safe point...); the
-    message says what to do."""
+    message says what to do. ``code`` is the exit code: 2 for the pipeline's state (nothing to read at), 5 when the
+    upstream cannot serve the read."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -104,10 +109,17 @@ def begin_upstream(side: Side, ts: int | None) -> str:
         try:
             side.conn.execute(text("SET @@tidb_snapshot = :ts"), {"ts": str(ts)})
         except DBAPIError as exc:
+            reason = error_line(exc)
+            if "GC safe point" in reason or getattr(exc.orig, "args", (None,))[0] == 8055:
+                raise VerifyError(
+                    f"TiDB cannot read at the replica's applied resolved ts {ts}: {reason}. TiDB's GC has passed "
+                    "the point the replica is consistent at, so the upstream rows as of it are gone. Let the applier "
+                    "catch up (applier run) so that its applied ts is newer than the safe point, and keep "
+                    "tidb_gc_life_time upstream longer than the applier lags (e.g. SET GLOBAL tidb_gc_life_time = "
+                    "'24h'); then rerun verify", code=5) from None
             raise VerifyError(
-                f"TiDB cannot read at the applied resolved ts {ts} ({error_line(exc)}). If it is older than the GC "
-                "safe point, raise tidb_gc_life_time upstream (SET GLOBAL tidb_gc_life_time = '24h') while the "
-                "applier catches up, then rerun") from None
+                f"TiDB cannot read at the replica's applied resolved ts {ts}: {reason}. Check that --upstream is the "
+                "changefeed's upstream TiDB and that its user may set tidb_snapshot; then rerun", code=5) from None
         return (f"consistent: upstream TiDB at TSO {ts} (tidb_snapshot), replica in one transaction at applied "
                 f"resolved ts {ts}")
     _mysql_snapshot(side)

@@ -1,7 +1,7 @@
 """End-to-end fixtures: the real local services and one shared Spark session.
 
 Services come from ``python -m applier.devtools.services`` (Kafka 4.3 in KRaft mode from Maven Central, MariaDB and
-PostgreSQL from Debian). What this session starts, it stops at the end; services that were already running
+PostgreSQL from Debian; on request the schema registry, and TiDB built from its Go module). What this session starts, it stops at the end; services that were already running
 (for example started by .ci/run) are left running for their owner to stop.
 """
 
@@ -89,6 +89,39 @@ def registry(urls):
     yield RegistryClient(u.registry_url, timeout=10, retries=3)
     if not was_up and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
         services.stop({"registry"})
+
+
+@pytest.fixture(scope="session")
+def tidb(urls):
+    """A real TiDB: ``tidb-server`` on its embedded store, with Dumpling (applier/devtools/services/tidb.py). Built
+    from TiDB's Go module when its binaries are missing (many minutes on a cold machine: .ci/run builds it before
+    the tests), started here when not running and stopped at the end if started here. A build or start that fails
+    fails every test that uses it, with the reason; nothing is skipped."""
+    from applier.devtools.services import tidb as T
+    from tests.e2e.tidb_feed import TiDB
+
+    was_up = services.status({"tidb"})[0].up
+    services.start({"tidb"})
+    yield TiDB(url=T.tidb_url(), dumpling=T.resolve()["dumpling"])
+    if not was_up and os.environ.get("APPLIER_KEEP_SERVICES") != "1":
+        services.stop({"tidb"})
+
+
+@pytest.fixture
+def tidb_database(tidb):
+    """Names of TiDB databases the test makes (``append``), dropped at the end."""
+    made: list[str] = []
+    yield made.append
+    from tests.e2e.tidb_feed import connect
+
+    conn = connect(tidb.url)
+    try:
+        with conn.cursor() as cur:
+            for name in made:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        conn.commit()
+    finally:
+        conn.close()
 
 
 @pytest.fixture

@@ -6,7 +6,12 @@ Why a module of its own: tests import these by name, and a conftest is pytest's 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
+
+from sqlalchemy.engine import make_url
 
 from applier import migrate
 from applier.codecs import get_decoder
@@ -40,6 +45,26 @@ def config(urls, target: str, protocol: str, topic: str, schema: str, ckpt: Path
         "target": {"url": target_url(urls, target)},
         "route": [{"match": "shop.*", "schema": schema}, {"match": "shop.audit_*", "ignore": True}],
     }
+
+
+def apply_sql_file(urls, target: str, path: Path) -> None:
+    """Run the fix-up file with the database's own command-line client, as an operator would."""
+    u = make_url(target_url(urls, target))
+    env = dict(os.environ)
+    if target == "mariadb":
+        client = shutil.which("mariadb") or shutil.which("mysql")
+        assert client, "the MariaDB client (mariadb or mysql) is needed to apply the fix-up file"
+        env["MYSQL_PWD"] = u.password or ""
+        cmd = [client, "-h", u.host, "-P", str(u.port), "-u", u.username, u.database]
+    else:
+        client = shutil.which("psql")
+        assert client, "psql is needed to apply the fix-up file"
+        env["PGPASSWORD"] = u.password or ""
+        cmd = [client, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", u.host, "-p", str(u.port), "-U", u.username,
+               "-d", u.database]
+    with path.open("rb") as fh:
+        res = subprocess.run(cmd, stdin=fh, env=env, capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
 
 
 def _toml_value(v) -> str:

@@ -12,9 +12,6 @@ database's own client (twice: it is idempotent) makes verify exit 0 again, and t
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
-import subprocess
 from decimal import Decimal
 from pathlib import Path
 
@@ -27,7 +24,7 @@ from applier import progress as P
 from applier.cli import main
 from applier.dialect import POSTGRES
 from applier.mysql_values import format_time
-from tests.e2e.helpers import target_url, write_toml
+from tests.e2e.helpers import apply_sql_file, target_url, write_toml
 
 pytestmark = pytest.mark.e2e
 
@@ -158,26 +155,6 @@ def _damage(urls, target: str, rep: str) -> None:
     eng.dispose()
 
 
-def _apply_file(urls, target: str, path: Path) -> None:
-    """Run the fix-up file with the database's own command-line client, as an operator would."""
-    u = make_url(target_url(urls, target))
-    env = dict(os.environ)
-    if target == "mariadb":
-        client = shutil.which("mariadb") or shutil.which("mysql")
-        assert client, "the MariaDB client (mariadb or mysql) is needed to apply the fix-up file"
-        env["MYSQL_PWD"] = u.password or ""
-        cmd = [client, "-h", u.host, "-P", str(u.port), "-u", u.username, u.database]
-    else:
-        client = shutil.which("psql")
-        assert client, "psql is needed to apply the fix-up file"
-        env["PGPASSWORD"] = u.password or ""
-        cmd = [client, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", u.host, "-p", str(u.port), "-U", u.username,
-               "-d", u.database]
-    with path.open("rb") as fh:
-        res = subprocess.run(cmd, stdin=fh, env=env, capture_output=True, timeout=120)
-    assert res.returncode == 0, res.stderr.decode(errors="replace")
-
-
 def _config(urls, target: str, up: str, rep: str, tmp_path: Path, unique: str) -> str:
     cfg = {
         "pipeline": {"name": f"verify-{unique}", "checkpoint_dir": str(tmp_path / "ckpt")},
@@ -230,8 +207,8 @@ def test_verify_reports_differences_and_its_fix_sql_repairs_them(urls, unique, d
     sql = fix.read_text()
     assert f":{password}@" not in sql and "DELETE FROM" in sql and sql.rstrip().endswith("COMMIT;")
 
-    _apply_file(urls, target, fix)
-    _apply_file(urls, target, fix)  # idempotent: a second run changes nothing
+    apply_sql_file(urls, target, fix)
+    apply_sql_file(urls, target, fix)  # idempotent: a second run changes nothing
     code, out, err = _verify(capsys, cfg, upstream)
     print(out)
     assert code == 0, out + err

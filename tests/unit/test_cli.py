@@ -116,3 +116,27 @@ def test_a_second_run_says_the_pipeline_is_running_whatever_the_metrics_port(tmp
     err = capsys.readouterr().err
     assert "pipeline p is already running on this host (pid 4242, started 2026-01-01 00:00:00 +0000)" in err
     assert "Address already in use" not in err and "cannot serve metrics" not in err
+
+
+def test_a_message_the_upstream_tidb_cannot_complete_exits_5_with_its_own_reason(tmp_path, capsys,
+                                                                                 monkeypatch) -> None:
+    """A handle-key-only row TiDB cannot serve (its GC passed the ts, or it is unreachable) is no fault of the
+    message: exit 5 with the reason's own fix, not exit 3 with advice about the protocol; a malformed message
+    still exits 3."""
+    import applier.pipeline
+    from applier.cli import EXIT_DECODE
+    from applier.events import DecodeError, SourcePosition
+
+    def fail(upstream: bool):
+        def run(*a, **k):
+            raise DecodeError(SourcePosition("t", 0, 7), "the new row of `s`.`t`: TiDB's GC has passed ...",
+                              protocol="canal-json", upstream=upstream)
+        return run
+
+    monkeypatch.setattr(applier.pipeline, "run", fail(True))
+    assert main(["run", "-c", write(tmp_path, GOOD)]) == EXIT_TARGET
+    err = capsys.readouterr().err
+    assert "TiDB's GC has passed" in err and "source.protocol must match" not in err
+    monkeypatch.setattr(applier.pipeline, "run", fail(False))
+    assert main(["run", "-c", write(tmp_path, GOOD)]) == EXIT_DECODE
+    assert "source.protocol must match" in capsys.readouterr().err

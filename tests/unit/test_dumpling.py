@@ -141,6 +141,33 @@ def test_scan_refuses_a_folder_that_is_no_export(tmp_path: Path) -> None:
         D.scan(tmp_path)
 
 
+def test_an_export_cut_short_is_named(tmp_path: Path) -> None:
+    """Dumpling writes metadata last, with its 'Finished dump at:' line, only when the dump succeeded; a data file
+    ends after a ';' (SQL) or a line break (CSV), a gzip file at the end of its stream."""
+    _touch(tmp_path, "shop.t-schema.sql", b"CREATE TABLE `t` (`id` int);\n")
+    sql = tmp_path / "shop.t.000000000.sql"
+    sql.write_bytes(b"/*!40101 SET NAMES binary*/;\nINSERT INTO `t` VALUES\n(1),\n(2);\n")
+    csv = tmp_path / "shop.c.000000000.csv.gz"
+    csv.write_bytes(gzip.compress(b'"id"\r\n1\r\n2\r\n'))
+    _touch(tmp_path, "shop.c-schema.sql", b"CREATE TABLE `c` (`id` int);\n")
+    assert "has no 'metadata' file" in D.unfinished(D.scan(tmp_path))
+    _touch(tmp_path, "metadata", TIDB_METADATA.split("Finished")[0].encode())
+    assert "without its 'Finished dump at:' line" in D.unfinished(D.scan(tmp_path))
+    _touch(tmp_path, "metadata", TIDB_METADATA.encode())
+    e = D.scan(tmp_path)
+    assert D.unfinished(e) is None
+    files = {f.name: f for t in e.tables.values() for f in t.data}
+    assert [D.cut_short(f) for f in files.values()] == [None, None]
+    sql.write_bytes(b"/*!40101 SET NAMES binary*/;\nINSERT INTO `t` VALUES\n(1),\n(2")
+    assert "ends in the middle of a statement" in D.cut_short(files[sql.name])
+    sql.write_bytes(b"/*!40101 SET NAMES binary*/;\nINSERT INTO `t` VALUES\n(1),\n")  # cut at a row's end
+    assert "ends in the middle of a statement" in D.cut_short(files[sql.name])
+    csv.write_bytes(gzip.compress(b'"id"\r\n1\r\n2'))
+    assert "ends in the middle of a record" in D.cut_short(files[csv.name])
+    csv.write_bytes(gzip.compress(b'"id"\r\n1\r\n2\r\n')[:-9])  # the stream stops before its end
+    assert "cannot be read to its end" in D.cut_short(files[csv.name])
+
+
 def test_table_schema_columns() -> None:
     text = ("/*!40101 SET NAMES binary*/;\nCREATE TABLE `t` (\n  `id` bigint(20) unsigned NOT NULL AUTO_RANDOM(5),\n"
             "  `v` varchar(10) CHARACTER SET binary DEFAULT NULL,\n  `d` decimal(12,2) DEFAULT '0.00',\n"

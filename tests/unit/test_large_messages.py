@@ -1,6 +1,6 @@
 """TiCDC's large-message variants (issue 14, point 4) for Open Protocol, Canal-JSON and Simple (JSON and Avro):
 claim-check messages read from file:// and s3:// storage (a moto S3 server this module starts and stops),
-handle-key-only messages completed from an upstream (a stand-in object here; the real reader against MariaDB is in
+handle-key-only messages completed from an upstream (a stand-in object here; the real reader against a real TiDB is in
 tests/e2e/test_large_messages.py), large-message-handle-compression (snappy, lz4), and every bad input as a
 DecodeError naming the message's position and table.
 
@@ -59,7 +59,7 @@ PROTOCOLS = ["open", "canal-json", "simple", "simple-avro"]
 
 def upstream_row(row: dict) -> UpstreamRow:
     """``row`` as the upstream reader hands it over: MySQL's text, bytes for binary columns, ENUM/SET/BIT as the
-    text of their number (tests/e2e/test_large_messages.py checks the real reader against MariaDB gives this)."""
+    text of their number (tests/e2e/test_large_messages.py checks the real reader against TiDB gives this)."""
     spec = {"id": ("int", "int(11)", "PRI"), "note": ("text", "text", ""), "amount": ("decimal", "decimal(10,2)", ""),
             "body": ("blob", "blob", ""), "kind": ("enum", "enum('a','b','c')", ""), "flags": ("bit", "bit(5)", ""),
             "at": ("datetime", "datetime(6)", ""), "ratio": ("double", "double", ""),
@@ -503,6 +503,27 @@ def test_handle_key_only_row_gone_at_that_ts(protocol):
     dec._large.upstream = FakeUpstream({})
     e = bad(dec, encode(protocol, ev(Op.INSERT, None, ROW), large_message=hko()), "no row", "`shop`.`docs`")
     assert "pw" not in str(e)
+
+
+class UnusableUpstream(FakeUpstream):
+    """An upstream that cannot serve the read (TiDB's GC passed the ts, or it is unreachable)."""
+
+    def fetch(self, schema, table, ts, key, what):
+        from applier.codecs.base import UpstreamUnusable
+
+        raise UpstreamUnusable(f"{what} of `{schema}`.`{table}`: the upstream TiDB cannot read as of ts {ts}")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_upstream_that_cannot_serve_the_read_is_an_upstream_decode_error(protocol):
+    """Not the message's fault: the DecodeError says so (``applier run`` then exits 5), also after the trip from a
+    Spark worker; a row that is not there stays a plain decode error."""
+    dec = decoder(protocol, upstream_url="mysql://u:pw@h/")
+    dec._large.upstream = UnusableUpstream({})
+    e = bad(dec, encode(protocol, ev(Op.INSERT, None, ROW), large_message=hko()), "cannot read as of ts")
+    assert e.upstream and pickle.loads(pickle.dumps(e)).upstream
+    dec._large.upstream = FakeUpstream({})
+    assert not bad(dec, encode(protocol, ev(Op.INSERT, None, ROW), large_message=hko()), "no row").upstream
 
 
 def test_handle_key_only_open_key_and_canal_extension_layouts():

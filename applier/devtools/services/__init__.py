@@ -25,6 +25,9 @@ Ports: Kafka 19092 (controller 19093), MariaDB 13306, PostgreSQL 15432, schema r
 APPLIER_MARIADB_PORT, APPLIER_PG_PORT, APPLIER_REGISTRY_PORT.  If something already answers on a port and
 it was not started from this state home, it is used as it is ("external") and never stopped.
 
+TiDB (``tidb.py``: ``tidb-server`` with its embedded store on 127.0.0.1:14000, built with Dumpling from TiDB's Go
+module the first time) is optional in the same way: ``start({"tidb"})`` / ``--only tidb``.
+
 The schema registry is an optional service: ``start()``/``status()`` without arguments cover only Kafka,
 MariaDB and PostgreSQL; ``start({"registry"})`` (or ``--only registry``) starts it; ``stop()`` without
 arguments stops it too if it was started here.
@@ -32,7 +35,7 @@ arguments stops it too if it was started here.
 
 from __future__ import annotations
 
-from applier.devtools.services import databases, kafka, registry
+from applier.devtools.services import databases, kafka, registry, tidb
 from applier.devtools.services.common import (
     ALL_SERVICES,
     OPTIONAL_SERVICES,
@@ -85,6 +88,8 @@ def _module(service: str):
         return kafka
     if service == "registry":
         return registry
+    if service == "tidb":
+        return tidb
     return databases.MARIADB if service == "mariadb" else databases.POSTGRES
 
 

@@ -9,7 +9,8 @@ jars    resolve (once) and print Spark's Kafka source jars, comma-separated
 
 Without ``--only``, start/status cover Kafka, MariaDB and PostgreSQL; the schema registry (Apicurio Registry,
 Confluent-compatible API, for the Avro protocol) runs only when named: ``--only registry`` (or
-``--only kafka,registry``). ``stop`` without ``--only`` stops it too.
+``--only kafka,registry``); so does TiDB (``--only tidb``: tidb-server and Dumpling, built from TiDB's Go module
+the first time, see tidb.py). ``stop`` without ``--only`` stops them too.
 
 Typical use: ``eval "$(python -m applier.devtools.services start)"``.  Progress goes to stderr, so that
 stdout carries only the export lines.

@@ -22,15 +22,16 @@ from typing import Callable, Iterator
 from applier.jars import applier_home
 
 SERVICES = ("kafka", "mariadb", "postgres")  # what start()/status() cover without arguments
-OPTIONAL_SERVICES = ("registry",)  # started only when asked for by name
+OPTIONAL_SERVICES = ("registry", "tidb")  # started only when asked for by name
 ALL_SERVICES = SERVICES + OPTIONAL_SERVICES
 HOST = "127.0.0.1"
-DEFAULT_PORTS = {"kafka": 19092, "mariadb": 13306, "postgres": 15432, "registry": 18081}
+DEFAULT_PORTS = {"kafka": 19092, "mariadb": 13306, "postgres": 15432, "registry": 18081, "tidb": 14000}
 PORT_ENV = {
     "kafka": "APPLIER_KAFKA_PORT",
     "mariadb": "APPLIER_MARIADB_PORT",
     "postgres": "APPLIER_PG_PORT",
     "registry": "APPLIER_REGISTRY_PORT",
+    "tidb": "APPLIER_TIDB_PORT",  # its status port: APPLIER_TIDB_STATUS_PORT (tidb.py)
 }
 REGISTRY_PATH = "/apis/ccompat/v7"  # Apicurio Registry's Confluent-compatible API
 DB_USER = DB_PASSWORD = DB_NAME = "applier"
@@ -95,6 +96,8 @@ def urls() -> Urls:
 
 
 def url_for(service: str, u: Urls | None = None) -> str:
+    if service == "tidb":
+        return f"mysql+pymysql://{DB_USER}@{HOST}:{port('tidb')}/"
     u = u or urls()
     return {"kafka": u.kafka, "mariadb": u.mariadb_url, "postgres": u.pg_url, "registry": u.registry_url}[service]
 
