@@ -59,6 +59,8 @@ import orjson
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
 from applier.codecs.largemsg import LargeMessages, UpstreamRow
+from applier.columnar import values as V
+from applier.columnar.rows import ArrowSlice, RowBatch, Shape, build_batch
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 PROTOCOL = "canal-json"
@@ -111,6 +113,53 @@ class _Shape(NamedTuple):
     sql_types: dict
     code_types: tuple[type, ...]
     pk_names: list | None
+
+
+class _RowMessage(NamedTuple):
+    """A row message as :meth:`CanalJSONDecoder._parse` leaves it: checked up to its rows."""
+
+    obj: dict
+    op: Op
+    etype: str
+    schema: str
+    table: str
+    commit_ts: int
+    pos: Any
+    claim_check: Any  # the claim-check location, or None
+    handle_only: bool  # an INSERT/UPDATE with only its handle key (completed from the upstream)
+    size: int  # what _rows divides among the rows
+
+
+class _ColumnGroup:
+    """The rows of one shape and op in a slice, gathered by :meth:`CanalJSONDecoder.decode_arrow`."""
+
+    __slots__ = ("shape", "schema", "table", "op", "topic", "index", "commit_ts", "partitions", "offsets", "sizes",
+                 "rows", "olds")
+
+    def __init__(self, shape: "_Shape", schema: str, table: str, op: Op, topic: str, index: int) -> None:
+        self.shape, self.schema, self.table, self.op, self.topic, self.index = shape, schema, table, op, topic, index
+        self.commit_ts: list[int] = []
+        self.partitions: list[int] = []
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.rows: list[dict] = []
+        self.olds: list[dict] = []
+
+    def images(self) -> tuple[list | None, list | None]:
+        """(before, after) as tuples of column values (text), in the shape's name order."""
+        image = list(zip(*map(dict.values, self.rows)))
+        if self.op is Op.INSERT:
+            return None, image
+        if self.op is Op.DELETE:
+            return image, None
+        # before = the data row overlaid with old, which names every column in the same order: old
+        return list(zip(*map(dict.values, self.olds))), image
+
+    def batch(self, kinds: tuple[str, ...], before: list | None, after: list | None) -> RowBatch:
+        names = self.shape.names
+        shape = Shape(self.schema, self.table, self.op, self.shape.columns, self.topic,
+                      None if before is None else names, None if after is None else names, kinds)
+        return build_batch(shape, self.commit_ts, self.partitions, self.offsets, self.sizes, before, after)
 
 
 # _rows builds RowChange positionally (twice as fast as by keyword); make a reordering of its fields loud.
@@ -185,6 +234,7 @@ class CanalJSONDecoder:
         # (names, converters) -> generated row converter
         self._recent: dict[tuple[str, str], list[_Shape]] = {}
         self._row_converters: dict[tuple, Callable[[Iterable[Any]], dict[str, Any]]] = {}
+        self._kinds: dict[int, tuple[_Shape, tuple[str, ...] | None]] = {}  # decode_arrow: Arrow kinds per shape
 
     def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
         """The table of an undecodable message: its ``database`` and ``table`` fields, when the JSON parses."""
@@ -204,9 +254,23 @@ class CanalJSONDecoder:
     # -- internals ------------------------------------------------------------------------------------------
 
     def _decode(self, msg: KafkaMessage) -> list:
+        got = self._parse(msg)
+        if type(got) is list:
+            return got
+        obj, op, etype, schema, table, commit_ts, pos, loc, handle_only, size = got
+        if loc is not None:
+            return self._claim_checked(obj, loc, op, etype, schema, table, commit_ts, pos, size)
+        if handle_only:
+            return self._from_upstream(obj, op, schema, table, commit_ts, pos, size)
+        return self._rows(obj, op, schema, table, commit_ts, pos, size)
+
+    def _parse(self, msg: KafkaMessage) -> "list | _RowMessage":
+        """One record up to its rows: the events of a watermark or DDL message, or a row message's fields (its
+        rows not yet converted), so that :meth:`_decode` and :meth:`decode_arrow` read a message alike."""
         value = msg.value
         if value is None or len(value) == 0:
             raise _Bad("empty value (a tombstone?); every canal-json message is a JSON object")
+        raw_size = len(value)
         if self._compressed:
             value = self._large.decompress(value, "value")
         try:
@@ -267,10 +331,89 @@ class CanalJSONDecoder:
             raise _Bad(f"unknown message type {etype!r:.40} (isDdl=false)")
         loc = tidb.get("claimCheckLocation")
         if loc is not None and loc != "":
-            return self._claim_checked(obj, loc, op, etype, schema, table, commit_ts, pos, len(msg.value or b""))
+            return _RowMessage(obj, op, etype, schema, table, commit_ts, pos, loc, False, raw_size)
         if tidb.get("onlyHandleKey") is True and op is not Op.DELETE:
-            return self._from_upstream(obj, op, schema, table, commit_ts, pos, len(msg.value or b""))
-        return self._rows(obj, op, schema, table, commit_ts, pos, len(value))
+            return _RowMessage(obj, op, etype, schema, table, commit_ts, pos, None, True, raw_size)
+        return _RowMessage(obj, op, etype, schema, table, commit_ts, pos, None, False, len(value))
+
+    # -- whole slices as columns (Spark's Python workers) -----------------------------------------------------
+
+    def decode_arrow(self, msgs: list[KafkaMessage], limit: int) -> ArrowSlice | None:
+        """A slice of records decoded straight into Arrow record batches per shape
+        (:class:`applier.columnar.rows.ArrowSlice`), or None when any record is not a plain row or watermark message
+        or any value is not one :mod:`applier.columnar.values` converts: then the caller decodes the slice record
+        by record with :meth:`decode`, which also names whatever is wrong.
+
+        It gives what :meth:`decode` of each record gives (:meth:`ArrowSlice.to_events`), ``size`` as
+        :func:`applier.decode.decode_messages` sets it, and every ts checked against ``limit``
+        (:func:`applier.clock.clock_limit`). Each row's column names must be its message's first row's, in the same
+        order, and an UPDATE's ``old`` must name every column too (a TiCDC default; only-updated-columns ``old``
+        images, DDL, claim-check and handle-key-only rows and compressed streams go record by record).
+        tests/unit/test_canal_arrow.py holds the two paths equal."""
+        if self._compressed:
+            return None
+        groups: dict[tuple, _ColumnGroup] = {}
+        order: list[int] = []
+        extras: list = []
+        try:
+            for msg in msgs:
+                got = self._parse(msg)
+                if type(got) is list:
+                    ev = got[0]
+                    if type(ev) is not Resolved or not 0 <= ev.ts <= limit:
+                        return None
+                    order.append(-1)
+                    extras.append(ev)
+                    continue
+                obj, op, _etype, schema, table, commit_ts, pos, loc, handle_only, _size = got
+                if loc is not None or handle_only or not 0 <= commit_ts <= limit:
+                    return None
+                shape, data, old = self._rows_head(obj, op, schema, table)
+                names = shape.names
+                if shape.convert is None:
+                    return None
+                for row in data:
+                    if type(row) is not dict or tuple(row) != names:
+                        return None
+                if op is Op.UPDATE:
+                    for row in old:
+                        if type(row) is not dict or tuple(row) != names:
+                            return None
+                k = (id(shape), op, pos.topic, schema, table)
+                g = groups.get(k)
+                if g is None or g.shape is not shape:
+                    g = groups[k] = _ColumnGroup(shape, schema, table, op, pos.topic, len(groups))
+                n = len(data)
+                g.commit_ts.extend([commit_ts] * n)
+                g.partitions.extend([pos.partition] * n)
+                g.offsets.extend([pos.offset] * n)
+                g.sizes.extend([(len(msg.value or b"") + len(msg.key or b"")) // n] * n)
+                g.rows.extend(data)
+                if op is Op.UPDATE:
+                    g.olds.extend(old)
+                order.extend([g.index] * n)
+            shaped = []
+            columns = V.SliceColumns()
+            for g in groups.values():
+                kinds = self._kinds.get(id(g.shape))
+                if kinds is None or kinds[0] is not g.shape:
+                    ks = tuple(V.kind_of(g.shape.convs[n]) for n in g.shape.names)
+                    if len(self._kinds) >= _SHAPE_CACHE_LIMIT:
+                        self._kinds.clear()
+                    kinds = self._kinds[id(g.shape)] = (g.shape, None if None in ks else ks)
+                ks = kinds[1]
+                if ks is None:
+                    return None
+                convs = [g.shape.convs[n] for n in g.shape.names]
+                before, after = g.images()
+                shaped.append((g, ks, None if before is None else columns.add_all(ks, convs, before),
+                               None if after is None else columns.add_all(ks, convs, after)))
+            arrays = columns.convert()
+            out = [g.batch(ks, None if b is None else [arrays[k] for k in b], None if a is None else [arrays[k] for k in a])
+                   for g, ks, b, a in shaped]
+        except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
+            return None
+        return ArrowSlice(len(msgs), order, out, extras)
 
     # -- large messages (applier.codecs.largemsg) ---------------------------------------------------------------
 
@@ -325,8 +468,8 @@ class CanalJSONDecoder:
             raise _Bad(f"'_tidb.commitTs' must be a non-negative integer (got {ts!r:.40})")
         return ts
 
-    def _rows(self, obj: dict, op: Op, schema: str, table: str, commit_ts: int, pos: Any,
-              size: int) -> list:
+    def _rows_head(self, obj: dict, op: Op, schema: str, table: str) -> tuple["_Shape", list, Any]:
+        """A row message's shape, ``data`` and ``old``, checked."""
         data = obj.get("data")
         if type(data) is not list or not data:
             raise _Bad(f"{op.name} message has no rows in 'data'")
@@ -352,7 +495,11 @@ class CanalJSONDecoder:
         first = data[0]
         if type(first) is not dict:
             raise _Bad("'data' rows must be objects")
-        shape = self._shape(schema, table, first, mysql_types, sql_types, pk_names)
+        return self._shape(schema, table, first, mysql_types, sql_types, pk_names), data, old
+
+    def _rows(self, obj: dict, op: Op, schema: str, table: str, commit_ts: int, pos: Any,
+              size: int) -> list:
+        shape, data, old = self._rows_head(obj, op, schema, table)
         cols = shape.columns
         convs = shape.convs
         convert = shape.convert
