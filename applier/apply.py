@@ -41,7 +41,10 @@ from applier import evolve
 from applier.dialect import Dialect
 from applier.events import DDL, RowChange
 from applier import modes
-from applier.gate import Release
+from applier.columnar import apply as lane_apply
+from applier.columnar.held import drop_copies
+from applier.columnar.plan import NotColumnar, plan_arrow, to_batch_plan
+from applier.gate import Release, row_identity
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.quarantine import RowQuarantine, UndecodableMessage, key_text, keys_of
 from applier.setaside import SetAside, find_refused
@@ -148,7 +151,8 @@ class Applier:
                 chunk: list[RowChange] = []
                 evolving = self.schema_evolution != "none"
                 ready = self._shape_ready
-                for ev in rel:
+                source, lane = self._lane(rel)
+                for ev in source:
                     if isinstance(ev, DDL):
                         tx = self._between(conn, tx, ev, chunk, progress, rel, stats)
                         chunk, progress = [], {}
@@ -167,6 +171,8 @@ class Applier:
                         self._write_rows(conn, chunk, progress, stats)
                         chunk = []
                 self._write_rows(conn, chunk, progress, stats)
+                if lane:
+                    self._write_batches(conn, lane, progress, stats, rel)
                 rel.forget()
                 with self.timer.span("progress"):
                     self.store.save(conn, applied_ts=rel.applied_ts, checkpoints=rel.checkpoint(),
@@ -202,6 +208,84 @@ class Applier:
         tx = conn.begin()
         self.sink.begin(conn)
         return tx
+
+    # ---- the columnar lane (applier/columnar/apply.py) ----------------------------------------------------
+    def _lane(self, rel: Release) -> tuple[Iterable, list]:
+        """What the per-event loop iterates, and the row batches written the columnar way after it (see
+        :mod:`applier.columnar.apply` for when a window goes which way)."""
+        batches = rel.batches
+        if not batches:
+            return rel, []
+        events = list(rel)
+        if not events and self._lane_ready(batches):
+            return events, batches
+        merged, dropped = lane_apply.window_events(events, batches, row_identity)
+        rel.dropped_copies(dropped)
+        return merged, []
+
+    def _lane_ready(self, batches: list) -> bool:
+        """Schema evolution has checked every column tuple of these batches (else the per-event loop runs it)."""
+        if self.schema_evolution == "none":
+            return True
+        ready = self._shape_ready
+        return all(_is_ready(ready.get((b.shape.schema, b.shape.table)), b.shape.columns) for b in batches)
+
+    def _write_batches(self, conn: Connection, batches: list, progress: dict[tuple[str, str], TableProgress],
+                       stats: ApplyStats, rel: Release) -> None:
+        for (schema, table), bs in lane_apply.by_table(batches).items():
+            target = self.route(schema, table)
+            if target is None:
+                continue
+            try:
+                meta = self.sink.table(conn, *target)
+            except Exception as exc:  # as in _write_rows
+                what = str(exc) if isinstance(exc, ApplyError) else (
+                    f"reading target table {shown(*target)} failed: {db_reason(exc)}")
+                raise ApplyError(f"{what} (upstream table {shown(schema, table)})") from exc
+            aplan = None
+            unified = None
+            tk = (schema, table)
+            if tk not in self._modes:
+                self._modes[tk] = self.write_mode(*tk)
+            if (meta.key and self.aside.idle() and not self.replace_mode and self._modes[tk] == modes.REPLICA
+                    and (self.apply_error_policy(schema, table) or self.on_apply_error) == "stop"):
+                unified = lane_apply.unify(bs)
+            if unified is not None:
+                rows, names, kinds = unified
+                rows, dropped = drop_copies(rows, lane_apply.identity_columns(names))
+                rel.dropped_copies(dropped)
+                try:
+                    with self.timer.span("plan"):
+                        aplan = plan_arrow(meta, rows, names)
+                        plan = to_batch_plan(meta, aplan, lane_apply.python_values(dict(zip(names, kinds))))
+                except NotColumnar:
+                    aplan = None
+            if aplan is None:
+                events, dropped = lane_apply.window_events([], bs, row_identity)
+                rel.dropped_copies(dropped)
+                self._write_rows(conn, events, progress, stats)  # type: ignore[arg-type]
+                continue
+            try:
+                with self.timer.span("write"):
+                    self.sink.write(conn, plan)
+                upserted, deleted = plan.written()
+                self.timer.count("rows_upserted", upserted)
+                self.timer.count("rows_deleted", deleted)
+            except ApplyError:
+                raise
+            except Exception as exc:
+                changes, _ = lane_apply.window_events([], bs, row_identity)
+                first, last = changes[0].position, changes[-1].position
+                raise _WriteRefused(
+                    f"writing {len(changes)} change(s) of upstream table {shown(schema, table)} into {meta.display} "
+                    f"failed (events from {first} to {last}): {db_reason(exc)}", plan, changes  # type: ignore[arg-type]
+                ) from exc
+            n = rows.num_rows
+            tp = progress.setdefault(tk, TableProgress(*target))
+            self.shards.saw(schema, table)
+            tp.rows += n
+            stats.rows += n
+            stats.tables[tk] = stats.tables.get(tk, 0) + n
 
     # ---- schema from the stream (applier/evolve.py) -----------------------------------------------------
     def _schema_from_stream(self, conn: Connection, ev: RowChange) -> DDL | None:

@@ -149,7 +149,8 @@ def warm_python_workers(spark, settings: Settings, spec: WorkerSpec) -> None:
 
 def worker_spec(settings: Settings) -> WorkerSpec:
     return WorkerSpec(settings.source.protocol, tuple(sorted(settings.source.codec.items())),
-                      stop_at_error=settings.stops_at_decode_error(), max_skew_ms=settings.source.max_clock_skew_ms)
+                      stop_at_error=settings.stops_at_decode_error(), max_skew_ms=settings.source.max_clock_skew_ms,
+                      columnar=settings.pipeline.columnar)
 
 
 def read_messages(df) -> list[KafkaMessage]:

@@ -130,12 +130,15 @@ class BatchProcessor:
         for topic, partition, offset in decoded.empty:
             gate.note_offset(topic, partition, offset)
         events = self._route_events(decoded.events, undecodable)
+        batches = self._route_batches(decoded.batches, events, undecodable)
         rep.messages = decoded.messages
-        rep.events = len(events)
+        rep.events = len(events) + sum(map(len, batches))
         rep.quarantined = len(undecodable)
         rep.untrusted = sum(1 for _bad, exc in decoded.errors if UNTRUSTED in exc.reason)
         t1 = time.perf_counter()
         gate.add(events)
+        if batches:
+            gate.add_batches(batches)
         t2 = time.perf_counter()
         self.batches += 1
         rep.applied = self.applier.apply(gate.release(), undecodable=undecodable)
@@ -194,6 +197,34 @@ class BatchProcessor:
                 if not undecodable[-1].blocks_partition:
                     gate.note_offset(pos.topic, pos.partition, pos.offset)
         return events
+
+    def _route_batches(self, batches: list, events: list, undecodable: list[UndecodableMessage]) -> list:
+        """The row batches whose table a route keeps (the columnar lane): a batch of a table no route keeps is
+        dropped with its offsets noted, as :meth:`_route_events` drops such events; a batch whose table no route can
+        name becomes events for :meth:`_route_events`, which settles its messages."""
+        if not batches:
+            return batches
+        kept = []
+        for b in batches:
+            tk = (b.shape.schema, b.shape.table)
+            keep = self._routed.get(tk)
+            if keep is None:
+                try:
+                    keep = self.route(*tk) is not None
+                except RoutingError as exc:
+                    keep = False
+                    self._unroutable[tk] = exc
+                self._routed[tk] = keep
+            if keep:
+                kept.append(b)
+            elif tk in self._unroutable:
+                events.extend(self._route_events(b.to_events(), undecodable))
+            else:
+                parts = b.data.column("_part").to_pylist()
+                offs = b.data.column("_off").to_pylist()
+                for part, off in set(zip(parts, offs)):
+                    self.gate.note_offset(b.shape.topic, part, off)
+        return kept
 
     def _settle(self, bad: KafkaMessage, exc: DecodeError) -> UndecodableMessage:
         """What the policy in force does with a message that cannot be decoded: stop (raise), or quarantine it

@@ -350,7 +350,7 @@ class CanalJSONDecoder:
         order, and an UPDATE's ``old`` must name every column too (a TiCDC default; only-updated-columns ``old``
         images, DDL, claim-check and handle-key-only rows and compressed streams go record by record).
         tests/unit/test_canal_arrow.py holds the two paths equal."""
-        if self._compressed:
+        if self._compressed or not self.gated:
             return None
         groups: dict[tuple, _ColumnGroup] = {}
         order: list[int] = []

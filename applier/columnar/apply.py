@@ -1,0 +1,132 @@
+"""The apply stage of the columnar lane: one window's row batches, planned per table on Arrow arrays and written.
+
+:class:`applier.apply.Applier` hands a release here when it holds row batches (:attr:`Release.batches`). A window
+goes the columnar way only where that gives exactly what the per-event path gives:
+
+* the release holds nothing but batches (no DDL, no row events of slices the lane did not take): otherwise the
+  whole window becomes events (:func:`window_events`: the batches' rows turned back into events, merged into the
+  release's commit order, copies dropped by the event gate's own identity) and goes the per-event way;
+* ``[target] schema_evolution`` is off, or every column tuple of the window was already checked against the target;
+* per table: routed, a target key (keyless tables plan change by change), ``on_apply_error = "stop"``, the replica
+  mode, nothing of it quarantined, one topic, one set of column names and Arrow types, and a plan
+  :func:`applier.columnar.plan.plan_arrow` takes; otherwise that table's rows become events for the per-event
+  writer (tables are independent inside a window without DDL).
+
+The columnar plan is handed to today's writers as Python rows (:func:`applier.columnar.plan.to_batch_plan`): the
+rows left after the per-key collapse, not every change. A write the target refuses is worded as on the per-event
+path (the refused-row search runs on the table's events).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from applier.columnar import values as V
+from applier.columnar.held import drop_copies
+from applier.columnar.rows import RowBatch
+from applier.events import DDL, Event, Op, RowChange
+
+if TYPE_CHECKING:
+    from applier.apply import ApplyStats
+    from applier.gate import Release
+    from applier.progress import TableProgress
+
+_OP_CODE = {Op.INSERT: 0, Op.UPDATE: 1, Op.DELETE: 2}
+_COMMIT_ORDER = attrgetter("commit_ts", "position.topic", "position.partition", "position.offset")
+
+
+def by_table(batches: Iterable[RowBatch]) -> dict[tuple[str, str], list[RowBatch]]:
+    out: dict[tuple[str, str], list[RowBatch]] = {}
+    for b in batches:
+        out.setdefault((b.shape.schema, b.shape.table), []).append(b)
+    return out
+
+
+def window_events(events: list[Event], batches: list[RowBatch], identity: Any) -> tuple[list[Event], int]:
+    """The release's events and its batches' rows as one list in commit order, the batches' copies of a change
+    dropped (``identity(ev)``: the event gate's row identity, for changes of keyed tables, which are the only ones
+    held as batches); and how many were dropped."""
+    seen = {identity(e) for e in events if type(e) is RowChange}
+    extra: list[RowChange] = []
+    dropped = 0
+    for b in batches:
+        for ev in b.to_events():
+            h = identity(ev)
+            if h in seen:
+                dropped += 1
+                continue
+            seen.add(h)
+            extra.append(ev)
+    if not extra:
+        return events, dropped
+    merged = events + extra  # stable: one message's events stay in their order
+    merged.sort(key=_COMMIT_ORDER)
+    return merged, dropped
+
+
+def unify(batches: list[RowBatch]) -> tuple[pa.Table, tuple[str, ...], tuple[str, ...]] | None:
+    """One table's batches as one Arrow table in commit order (``_ts``, ``_part``, ``_off``, ``_op``, then ``b:`` and
+    ``a:`` of every column: nulls where an op has no such image), with the column names and kinds; None when the
+    batches do not share one topic, one list of names, one list of kinds and one Arrow type per column."""
+    first = batches[0].shape
+    names = first.after_keys if first.after_keys is not None else first.before_keys
+    if names is None:
+        return None
+    kinds = first.kinds
+    topic = first.topic
+    types: dict[str, pa.DataType] = {}
+    for b in batches:
+        sh = b.shape
+        if sh.topic != topic or sh.kinds != kinds:
+            return None
+        for keys, prefix in ((sh.before_keys, "b:"), (sh.after_keys, "a:")):
+            if keys is None:
+                continue
+            if keys != names:
+                return None
+            for n in keys:
+                t = b.data.schema.field(prefix + n).type
+                if pa.types.is_null(t):
+                    continue
+                if types.setdefault(n, t) != t:
+                    return None
+    tables = []
+    for b in batches:
+        sh, d = b.shape, b.data
+        n = d.num_rows
+        cols = {c: d.column(c) for c in ("_ts", "_part", "_off")}
+        cols["_op"] = pa.array([_OP_CODE[sh.op]] * n, pa.int8())
+        for prefix, keys in (("b:", sh.before_keys), ("a:", sh.after_keys)):
+            for name in names:
+                typ = types.get(name, pa.null())
+                if keys is None:
+                    cols[prefix + name] = pa.nulls(n, typ)
+                else:
+                    col = d.column(prefix + name)
+                    cols[prefix + name] = col if col.type == typ else col.cast(typ)
+        tables.append(pa.table(cols))
+    whole = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    order = pc.sort_indices(whole, sort_keys=[("_ts", "ascending"), ("_part", "ascending"), ("_off", "ascending")])
+    return whole.take(order), names, kinds
+
+
+def identity_columns(names: tuple[str, ...]) -> list[str]:
+    """What a copy of a change repeats exactly: its commit ts, op and both images (never its position)."""
+    return ["_ts", "_op", *(f"b:{n}" for n in names), *(f"a:{n}" for n in names)]
+
+
+def python_values(kinds: dict[str, str]) -> Any:
+    """``to_python(column, array)`` for :func:`applier.columnar.plan.to_batch_plan`: a column's Python values as the
+    codec's converter gives them."""
+
+    def to_python(column: str, arr: Any) -> list:
+        return V.to_python(kinds.get(column, V.STR), None, arr)
+
+    return to_python
+
+
+__all__ = ["by_table", "window_events", "unify", "identity_columns", "python_values", "DDL"]
