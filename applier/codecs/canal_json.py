@@ -55,12 +55,13 @@ import operator
 from typing import Any, Callable, Iterable, NamedTuple
 
 import orjson
+import pyarrow as pa
 
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
 from applier.codecs.largemsg import LargeMessages, UpstreamRow
 from applier.columnar import values as V
-from applier.columnar.rows import ArrowSlice, RowBatch, Shape, build_batch
+from applier.columnar.rows import META_TYPES, ArrowSlice, RowBatch, Shape, build_batch
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 PROTOCOL = "canal-json"
@@ -409,8 +410,21 @@ class CanalJSONDecoder:
                 shaped.append((g, ks, None if before is None else columns.add_all(ks, convs, before),
                                None if after is None else columns.add_all(ks, convs, after)))
             arrays = columns.convert()
-            out = [g.batch(ks, None if b is None else [arrays[k] for k in b], None if a is None else [arrays[k] for k in a])
-                   for g, ks, b, a in shaped]
+            meta = [[], [], [], []]
+            for g, *_ in shaped:
+                meta[0].extend(g.commit_ts)
+                meta[1].extend(g.partitions)
+                meta[2].extend(g.offsets)
+                meta[3].extend(g.sizes)
+            meta_arrays = [pa.array(v, t) for v, t in zip(meta, META_TYPES)]
+            out = []
+            at = 0
+            for g, ks, b, a in shaped:
+                n = len(g.commit_ts)
+                g.commit_ts, g.partitions, g.offsets, g.sizes = (m.slice(at, n) for m in meta_arrays)
+                at += n
+                out.append(g.batch(ks, None if b is None else [arrays[k] for k in b],
+                                   None if a is None else [arrays[k] for k in a]))
         except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
             return None
         return ArrowSlice(len(msgs), order, out, extras)

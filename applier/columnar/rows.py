@@ -27,7 +27,7 @@ from applier.columnar import values as V
 from applier.events import Column, Event, Op, RowChange, SourcePosition
 
 META = ("_ts", "_part", "_off", "_size")
-_META_TYPES = (pa.int64(), pa.int32(), pa.int64(), pa.int64())
+META_TYPES = (pa.int64(), pa.int32(), pa.int64(), pa.int64())
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,10 @@ class RowBatch:
                         sizes))
 
 
-def build_batch(shape: Shape, ts: list[int], parts: list[int], offs: list[int], sizes: list[int],
+def build_batch(shape: Shape, ts: Any, parts: Any, offs: Any, sizes: Any,
                 before: Sequence[pa.Array] | None, after: Sequence[pa.Array] | None) -> RowBatch:
-    """A RowBatch from its columns (image arrays in key order)."""
-    arrays = [pa.array(v, t) for v, t in zip((ts, parts, offs, sizes), _META_TYPES)]
+    """A RowBatch from its columns: the positions as lists or Arrow arrays, the image arrays in key order."""
+    arrays = [v if isinstance(v, pa.Array) else pa.array(v, t) for v, t in zip((ts, parts, offs, sizes), META_TYPES)]
     names = list(META)
     for prefix, keys, cols in (("b:", shape.before_keys, before), ("a:", shape.after_keys, after)):
         if keys is None:

@@ -81,10 +81,10 @@ def _gives_bytes(fast: Callable[[str], Any]) -> bool:
 def column_array(kind: str, conv: Callable[[Any], Any], values: Sequence[Any]) -> pa.Array:
     """The Arrow array of one column's protocol values (nulls stay null), or :class:`Refused`."""
     kinds = set(map(type, values))
+    has_null = type(None) in kinds
     kinds.discard(type(None))
     if kinds and kinds != {str}:
         raise Refused(f"values of types {sorted(k.__name__ for k in kinds)}, not text")
-    has_null = any(v is None for v in values) if kinds else True
     if kind == STR:
         return pa.array(values, pa.string())
     if kind == INT or kind == BYTES:
@@ -156,7 +156,7 @@ def to_python(kind: str, conv: Callable[[Any], Any], arr: pa.Array) -> list[Any]
 
 
 
-_BATCHED = frozenset({FLOAT, DECIMAL, DATE, DATETIME})
+_BATCHED = frozenset({INT, FLOAT, STR, BYTES, DECIMAL, DATE, DATETIME})
 
 
 class SliceColumns:
@@ -189,7 +189,22 @@ class SliceColumns:
             merged: list[Any] = []
             for i in idx:
                 merged.extend(self._cols[i][2])
-            whole = column_array(kind, self._cols[idx[0]][1], merged)
+            if kind in (INT, BYTES):  # one fast form for all: the converters differ only by the codec's own rules
+                forms = {getattr(self._cols[i][1], _FAST_FORM) for i in idx}
+                if len(forms) != 1:
+                    for i in idx:
+                        out[i] = column_array(kind, self._cols[i][1], self._cols[i][2])
+                    continue
+            try:
+                whole = column_array(kind, self._cols[idx[0]][1], merged)
+                if whole.type == pa.uint64():
+                    raise Refused("an integer beyond int64 in one of the columns")
+            except Refused:
+                if kind != INT:
+                    raise
+                for i in idx:  # a uint64 column among int64 ones: each its own type
+                    out[i] = column_array(kind, self._cols[i][1], self._cols[i][2])
+                continue
             at = 0
             for i in idx:
                 n = len(self._cols[i][2])
