@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--decode-on", choices=("auto", "executors", "driver"), default="auto",
                    help="[pipeline] decode_on: where Kafka records are decoded")
+    p.add_argument("--columnar", action=argparse.BooleanOptionalAction, default=None,
+                   help="[pipeline] columnar (default: the product's default)")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra SparkSession setting")
     p.add_argument("--profile", metavar="FILE", help="cProfile every micro-batch into FILE (pstats) and print the top")
     p.add_argument("--keep", action="store_true", help="keep the topic and the target schema (and print how to "
@@ -577,7 +579,8 @@ def applier_config(a: argparse.Namespace, *, name: str, ckpt: Path, kafka: str, 
     """The in-process run's config, with the bench's tuning (--whole-process derives its own from it)."""
     return {
         "pipeline": {"name": name, "checkpoint_dir": str(ckpt), "max_offsets_per_trigger": a.max_offsets_per_trigger,
-                     "buffer_memory_mb": a.buffer_mb, "decode_on": a.decode_on},
+                     "buffer_memory_mb": a.buffer_mb, "decode_on": a.decode_on,
+                     **({} if getattr(a, "columnar", None) is None else {"columnar": a.columnar})},
         "source": {"bootstrap_servers": kafka, "topics": [topic], "protocol": a.protocol},
         "target": {"url": url, "batch_rows": a.batch_rows},
         "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
@@ -657,6 +660,7 @@ SERVICE_URL_ENV = {"mariadb": "APPLIER_MARIADB_URL", "postgres": "APPLIER_PG_URL
 #: (section, key, bench option): the in-process run's tuning, which a plain `applier run` does not have
 BENCH_TUNING = (("pipeline", "max_offsets_per_trigger", "max_offsets_per_trigger"),
                 ("pipeline", "buffer_memory_mb", "buffer_mb"), ("pipeline", "decode_on", "decode_on"),
+                ("pipeline", "columnar", "columnar"),
                 ("target", "batch_rows", "batch_rows"))
 STDERR_TAIL_LINES = 40
 _BATCH_LINE = re.compile(r"\bbatch \d+: \d+ messages, (\d+) rows, (\d+) DDL")
