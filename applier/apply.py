@@ -228,7 +228,7 @@ class Applier:
         if self.schema_evolution == "none":
             return True
         ready = self._shape_ready
-        return all(_is_ready(ready.get((b.shape.schema, b.shape.table)), b.shape.columns) for b in batches)
+        return all(_is_ready(ready.get((b.shape.schema, b.shape.table)), cols) for b in batches for cols in b.shape.variants)
 
     def _write_batches(self, conn: Connection, batches: list, progress: dict[tuple[str, str], TableProgress],
                        stats: ApplyStats, rel: Release) -> None:

@@ -224,10 +224,9 @@ def _load_chunk(data: bytes, interned: dict[tuple, tuple] | None) -> tuple[Decod
         s = decode_arrow_slice(fields[0])
         if interned is not None:
             for b in s.batches:
-                cols = b.shape.columns
-                kept = interned.setdefault(cols, cols)
-                if kept is not cols:
-                    b.shape = replace(b.shape, columns=kept)
+                variants = tuple(interned.setdefault(cols, cols) for cols in b.shape.variants)
+                if any(v is not w for v, w in zip(variants, b.shape.variants)):
+                    b.shape = replace(b.shape, variants=variants)
         return Decoded(s.messages, s.extras, [], [], s.batches), None
     if version != _CHUNK_VERSION:
         raise ValueError(f"decoded chunk of format {version}, this applier reads {_CHUNK_VERSION}: the Spark "

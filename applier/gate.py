@@ -117,12 +117,16 @@ def _keyless_identity(ev: RowChange, nth: int) -> tuple:
     return ("keyless", pos.topic, pos.partition, pos.offset, nth, _content_hash(_content(ev)))
 
 
-def _max_offset_per_part(parts, offs) -> tuple[list[int], list[int]]:
-    """Per partition in a batch, its highest offset (two Arrow columns in, two lists out)."""
+def _max_offset_per_part(parts, offs) -> list[tuple[int, int]]:
+    """Per partition in a batch, its highest offset (a worker's slice is one partition: usually one min/max)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    lo, hi = pc.min_max(parts).values()
+    if lo.as_py() == hi.as_py():
+        return [(lo.as_py(), pc.max(offs).as_py())]
     t = pa.table({"p": parts, "o": offs}).group_by("p", use_threads=False).aggregate([("o", "max")])
-    return t.column("p").to_pylist(), t.column("o_max").to_pylist()
+    return list(zip(t.column("p").to_pylist(), t.column("o_max").to_pylist()))
 
 
 @dataclass(frozen=True)
@@ -307,36 +311,45 @@ class Gate:
         position (:func:`_keyless_identity`), which only the event path keeps."""
         if not self.gated:
             raise ValueError("row batches need a gated stream")
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         from applier.columnar.held import BatchStore
 
+        from applier.columnar.rows import concat_batches
+
+        same: dict[tuple, list] = {}  # one batch per table, topic, names and kinds: per-batch work is Arrow calls
+        for b in batches:
+            if len(b):
+                sh = b.shape
+                same.setdefault((sh.schema, sh.table, sh.topic, sh.names, sh.kinds), []).append(b)
         kept = []
         as_events: list[Event] = []
         applied = self.applied_ts
-        for b in batches:
-            if not len(b):
-                continue
-            d = b.data
-            topic = b.shape.topic
-            parts = d.column("_part")
-            offs = d.column("_off")
-            for part, top in zip(*_max_offset_per_part(parts, offs)):
-                tp = (topic, part)
-                self.resolved.setdefault(tp, 0)
-                if top + 1 > self.next_offsets.get(tp, -1):
-                    self.next_offsets[tp] = top + 1
-            fresh = pc.greater(d.column("_ts"), applied)
-            n = pc.sum(fresh).as_py() or 0
-            if n < len(b):
-                self.stats["duplicates_dropped"] += len(b) - n
-                if not n:
+        for group in same.values():
+            try:
+                merged = [concat_batches(group)]
+            except (ValueError, pa.ArrowInvalid):  # a column's Arrow type differs (uint64 in one slice)
+                merged = group
+            for b in merged:
+                d = b.data
+                topic = b.shape.topic
+                for part, top in _max_offset_per_part(d.column("_part"), d.column("_off")):
+                    tp = (topic, part)
+                    self.resolved.setdefault(tp, 0)
+                    if top + 1 > self.next_offsets.get(tp, -1):
+                        self.next_offsets[tp] = top + 1
+                fresh = pc.greater(d.column("_ts"), applied)
+                n = pc.sum(fresh).as_py() or 0
+                if n < len(b):
+                    self.stats["duplicates_dropped"] += len(b) - n
+                    if not n:
+                        continue
+                    b = type(b)(b.shape, d.filter(fresh))
+                if not all(any(c.key for c in cols) for cols in b.shape.variants):
+                    as_events.extend(b.to_events())
                     continue
-                b = type(b)(b.shape, d.filter(fresh))
-            if not any(c.key for c in b.shape.columns):
-                as_events.extend(b.to_events())
-                continue
-            kept.append(b)
+                kept.append(b)
         if as_events:
             self.add(as_events)
         if kept:

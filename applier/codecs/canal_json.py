@@ -61,7 +61,7 @@ from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
 from applier.codecs.largemsg import LargeMessages, UpstreamRow
 from applier.columnar import values as V
-from applier.columnar.rows import META_TYPES, ArrowSlice, RowBatch, Shape, build_batch
+from applier.columnar.rows import META_TYPES, OP_CODE, ArrowSlice, RowBatch, Shape, build_batch
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 PROTOCOL = "canal-json"
@@ -132,35 +132,32 @@ class _RowMessage(NamedTuple):
 
 
 class _ColumnGroup:
-    """The rows of one shape and op in a slice, gathered by :meth:`CanalJSONDecoder.decode_arrow`."""
+    """The rows of one table, topic, column names and kinds in a slice, gathered by
+    :meth:`CanalJSONDecoder.decode_arrow`: per row its position, op, Column tuple and both images' text (the
+    missing image as a row of nulls)."""
 
-    __slots__ = ("shape", "schema", "table", "op", "topic", "index", "commit_ts", "partitions", "offsets", "sizes",
-                 "rows", "olds")
+    __slots__ = ("schema", "table", "topic", "names", "kinds", "convs", "index", "null_row", "variants", "meta",
+                 "befores", "afters")
 
-    def __init__(self, shape: "_Shape", schema: str, table: str, op: Op, topic: str, index: int) -> None:
-        self.shape, self.schema, self.table, self.op, self.topic, self.index = shape, schema, table, op, topic, index
-        self.commit_ts: list[int] = []
-        self.partitions: list[int] = []
-        self.offsets: list[int] = []
-        self.sizes: list[int] = []
-        self.rows: list[dict] = []
-        self.olds: list[dict] = []
+    def __init__(self, schema: str, table: str, topic: str, names: tuple[str, ...], kinds: tuple[str, ...],
+                 convs: list, index: int) -> None:
+        self.schema, self.table, self.topic, self.names, self.kinds = schema, table, topic, names, kinds
+        self.convs, self.index = convs, index  # the first shape's converters (one kind: one conversion)
+        self.null_row = dict.fromkeys(names)
+        self.variants: list[tuple[Column, ...]] = []
+        self.meta: list[list[int]] = [[], [], [], [], [], []]  # rows.META
+        self.befores: list[dict] = []
+        self.afters: list[dict] = []
 
-    def images(self) -> tuple[list | None, list | None]:
-        """(before, after) as tuples of column values (text), in the shape's name order."""
-        image = list(zip(*map(dict.values, self.rows)))
-        if self.op is Op.INSERT:
-            return None, image
-        if self.op is Op.DELETE:
-            return image, None
-        # before = the data row overlaid with old, which names every column in the same order: old
-        return list(zip(*map(dict.values, self.olds))), image
+    def variant(self, columns: tuple[Column, ...]) -> int:
+        for i, v in enumerate(self.variants):
+            if v is columns:
+                return i
+        self.variants.append(columns)
+        return len(self.variants) - 1
 
-    def batch(self, kinds: tuple[str, ...], before: list | None, after: list | None) -> RowBatch:
-        names = self.shape.names
-        shape = Shape(self.schema, self.table, self.op, self.shape.columns, self.topic,
-                      None if before is None else names, None if after is None else names, kinds)
-        return build_batch(shape, self.commit_ts, self.partitions, self.offsets, self.sizes, before, after)
+    def shape(self) -> Shape:
+        return Shape(self.schema, self.table, self.topic, self.names, self.kinds, tuple(self.variants))
 
 
 # _rows builds RowChange positionally (twice as fast as by keyword); make a reordering of its fields loud.
@@ -356,6 +353,7 @@ class CanalJSONDecoder:
         groups: dict[tuple, _ColumnGroup] = {}
         order: list[int] = []
         extras: list = []
+        insert_op, update_op, delete_op = Op.INSERT, Op.UPDATE, Op.DELETE
         try:
             for msg in msgs:
                 got = self._parse(msg)
@@ -376,55 +374,60 @@ class CanalJSONDecoder:
                 for row in data:
                     if type(row) is not dict or tuple(row) != names:
                         return None
-                if op is Op.UPDATE:
+                if op is update_op:
                     for row in old:
                         if type(row) is not dict or tuple(row) != names:
                             return None
-                k = (id(shape), op, pos.topic, schema, table)
-                g = groups.get(k)
-                if g is None or g.shape is not shape:
-                    g = groups[k] = _ColumnGroup(shape, schema, table, op, pos.topic, len(groups))
-                n = len(data)
-                g.commit_ts.extend([commit_ts] * n)
-                g.partitions.extend([pos.partition] * n)
-                g.offsets.extend([pos.offset] * n)
-                g.sizes.extend([(len(msg.value or b"") + len(msg.key or b"")) // n] * n)
-                g.rows.extend(data)
-                if op is Op.UPDATE:
-                    g.olds.extend(old)
-                order.extend([g.index] * n)
-            shaped = []
-            columns = V.SliceColumns()
-            for g in groups.values():
-                kinds = self._kinds.get(id(g.shape))
-                if kinds is None or kinds[0] is not g.shape:
-                    ks = tuple(V.kind_of(g.shape.convs[n]) for n in g.shape.names)
+                kinds = self._kinds.get(id(shape))
+                if kinds is None or kinds[0] is not shape:
+                    ks = tuple(V.kind_of(shape.convs[n]) for n in names)
                     if len(self._kinds) >= _SHAPE_CACHE_LIMIT:
                         self._kinds.clear()
-                    kinds = self._kinds[id(g.shape)] = (g.shape, None if None in ks else ks)
-                ks = kinds[1]
-                if ks is None:
+                    kinds = self._kinds[id(shape)] = (shape, None if None in ks else ks)
+                if kinds[1] is None:
                     return None
-                convs = [g.shape.convs[n] for n in g.shape.names]
-                before, after = g.images()
-                shaped.append((g, ks, None if before is None else columns.add_all(ks, convs, before),
-                               None if after is None else columns.add_all(ks, convs, after)))
+                k = (schema, table, pos.topic, names, kinds[1])
+                g = groups.get(k)
+                if g is None:
+                    g = groups[k] = _ColumnGroup(schema, table, pos.topic, names, kinds[1],
+                                                 [shape.convs[n] for n in names], len(groups))
+                n = len(data)
+                meta = g.meta
+                meta[0].extend([commit_ts] * n)
+                meta[1].extend([pos.partition] * n)
+                meta[2].extend([pos.offset] * n)
+                meta[3].extend([(len(msg.value or b"") + len(msg.key or b"")) // n] * n)
+                meta[4].extend([OP_CODE[op]] * n)
+                meta[5].extend([g.variant(shape.columns)] * n)
+                if op is insert_op:
+                    g.befores.extend([g.null_row] * n)
+                    g.afters.extend(data)
+                elif op is delete_op:
+                    g.befores.extend(data)
+                    g.afters.extend([g.null_row] * n)
+                else:  # before = the data row overlaid with old, which names every column in the same order: old
+                    g.befores.extend(old)
+                    g.afters.extend(data)
+                order.extend([g.index] * n)
+            columns = V.SliceColumns()
+            shaped = []
+            for g in groups.values():
+                b = columns.add_all(g.kinds, g.convs, list(zip(*map(dict.values, g.befores))))
+                a = columns.add_all(g.kinds, g.convs, list(zip(*map(dict.values, g.afters))))
+                shaped.append((g, b, a))
             arrays = columns.convert()
-            meta = [[], [], [], []]
-            for g, *_ in shaped:
-                meta[0].extend(g.commit_ts)
-                meta[1].extend(g.partitions)
-                meta[2].extend(g.offsets)
-                meta[3].extend(g.sizes)
-            meta_arrays = [pa.array(v, t) for v, t in zip(meta, META_TYPES)]
+            metas = [[] for _ in META_TYPES]
+            for g, _, _ in shaped:
+                for m, v in zip(metas, g.meta):
+                    m.extend(v)
+            meta_arrays = [pa.array(v, t) for v, t in zip(metas, META_TYPES)]
             out = []
             at = 0
-            for g, ks, b, a in shaped:
-                n = len(g.commit_ts)
-                g.commit_ts, g.partitions, g.offsets, g.sizes = (m.slice(at, n) for m in meta_arrays)
+            for g, b, a in shaped:
+                n = len(g.meta[0])
+                out.append(build_batch(g.shape(), [m.slice(at, n) for m in meta_arrays], [arrays[i] for i in b],
+                                       [arrays[i] for i in a]))
                 at += n
-                out.append(g.batch(ks, None if b is None else [arrays[k] for k in b],
-                                   None if a is None else [arrays[k] for k in a]))
         except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
             return None
         return ArrowSlice(len(msgs), order, out, extras)

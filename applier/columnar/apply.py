@@ -20,22 +20,16 @@ path (the refused-row search runs on the table's events).
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.columnar import values as V
 from applier.columnar.held import drop_copies
-from applier.columnar.rows import RowBatch
+from applier.columnar.rows import RowBatch, concat_batches
 from applier.events import DDL, Event, Op, RowChange
 
-if TYPE_CHECKING:
-    from applier.apply import ApplyStats
-    from applier.gate import Release
-    from applier.progress import TableProgress
-
-_OP_CODE = {Op.INSERT: 0, Op.UPDATE: 1, Op.DELETE: 2}
 _COMMIT_ORDER = attrgetter("commit_ts", "position.topic", "position.partition", "position.offset")
 
 
@@ -70,48 +64,19 @@ def window_events(events: list[Event], batches: list[RowBatch], identity: Any) -
 
 def unify(batches: list[RowBatch]) -> tuple[pa.Table, tuple[str, ...], tuple[str, ...]] | None:
     """One table's batches as one Arrow table in commit order (``_ts``, ``_part``, ``_off``, ``_op``, then ``b:`` and
-    ``a:`` of every column: nulls where an op has no such image), with the column names and kinds; None when the
-    batches do not share one topic, one list of names, one list of kinds and one Arrow type per column."""
+    ``a:`` of every column), with the column names and kinds; None when the batches do not share one topic, one
+    list of names and kinds and one Arrow type per column."""
     first = batches[0].shape
-    names = first.after_keys if first.after_keys is not None else first.before_keys
-    if names is None:
+    if any((b.shape.topic, b.shape.names, b.shape.kinds) != (first.topic, first.names, first.kinds) for b in batches):
         return None
-    kinds = first.kinds
-    topic = first.topic
-    types: dict[str, pa.DataType] = {}
-    for b in batches:
-        sh = b.shape
-        if sh.topic != topic or sh.kinds != kinds:
-            return None
-        for keys, prefix in ((sh.before_keys, "b:"), (sh.after_keys, "a:")):
-            if keys is None:
-                continue
-            if keys != names:
-                return None
-            for n in keys:
-                t = b.data.schema.field(prefix + n).type
-                if pa.types.is_null(t):
-                    continue
-                if types.setdefault(n, t) != t:
-                    return None
-    tables = []
-    for b in batches:
-        sh, d = b.shape, b.data
-        n = d.num_rows
-        cols = {c: d.column(c) for c in ("_ts", "_part", "_off")}
-        cols["_op"] = pa.array([_OP_CODE[sh.op]] * n, pa.int8())
-        for prefix, keys in (("b:", sh.before_keys), ("a:", sh.after_keys)):
-            for name in names:
-                typ = types.get(name, pa.null())
-                if keys is None:
-                    cols[prefix + name] = pa.nulls(n, typ)
-                else:
-                    col = d.column(prefix + name)
-                    cols[prefix + name] = col if col.type == typ else col.cast(typ)
-        tables.append(pa.table(cols))
-    whole = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    order = pc.sort_indices(whole, sort_keys=[("_ts", "ascending"), ("_part", "ascending"), ("_off", "ascending")])
-    return whole.take(order), names, kinds
+    try:
+        whole = concat_batches(batches).data
+    except (ValueError, pa.ArrowInvalid):
+        return None
+    cols = ["_ts", "_part", "_off", "_op", *(f"b:{n}" for n in first.names), *(f"a:{n}" for n in first.names)]
+    table = pa.Table.from_batches([whole]).select(cols)
+    order = pc.sort_indices(table, sort_keys=[("_ts", "ascending"), ("_part", "ascending"), ("_off", "ascending")])
+    return table.take(order), first.names, first.kinds
 
 
 def identity_columns(names: tuple[str, ...]) -> list[str]:

@@ -45,14 +45,17 @@ class _Held:
 
 
 def _summary(b: RowBatch) -> tuple[int, dict[int, int]]:
+    """(lowest commit ts, per partition the lowest offset) of a batch."""
     d = b.data
-    ts = d.column("_ts")
-    parts = d.column("_part").to_numpy()
-    offs = d.column("_off").to_numpy()
-    out: dict[int, int] = {}
-    for p in np.unique(parts):
-        out[int(p)] = int(offs[parts == p].min())
-    return int(pc.min(ts).as_py()), out
+    parts = d.column("_part")
+    lo, hi = pc.min_max(parts).values()
+    if lo.as_py() == hi.as_py():
+        offsets = {lo.as_py(): pc.min(d.column("_off")).as_py()}
+    else:
+        p = parts.to_numpy()
+        offs = d.column("_off").to_numpy()
+        offsets = {int(x): int(offs[p == x].min()) for x in np.unique(p)}
+    return pc.min(d.column("_ts")).as_py(), offsets
 
 
 @dataclass

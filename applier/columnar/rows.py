@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
@@ -26,67 +26,97 @@ import pyarrow as pa
 from applier.columnar import values as V
 from applier.events import Column, Event, Op, RowChange, SourcePosition
 
-META = ("_ts", "_part", "_off", "_size")
-META_TYPES = (pa.int64(), pa.int32(), pa.int64(), pa.int64())
+META = ("_ts", "_part", "_off", "_size", "_op", "_var")
+META_TYPES = (pa.int64(), pa.int32(), pa.int64(), pa.int64(), pa.int8(), pa.int16())
+OPS = (Op.INSERT, Op.UPDATE, Op.DELETE)  # _op codes
+OP_CODE = {op: i for i, op in enumerate(OPS)}
 
 
 @dataclass(frozen=True)
 class Shape:
-    """What every row change of a :class:`RowBatch` shares."""
+    """What every row change of a :class:`RowBatch` shares: its table, topic, image column names and how each
+    column is held (:mod:`.values` kinds); ``variants`` are the Column tuples its rows carry (``_var`` picks one:
+    TiCDC's Canal-JSON gives an INT UNSIGNED column sqlType INT or BIGINT by the value, so one table's rows carry
+    two)."""
 
     schema: str
     table: str
-    op: Op
-    columns: tuple[Column, ...]
     topic: str
-    before_keys: tuple[str, ...] | None
-    after_keys: tuple[str, ...] | None
-    kinds: tuple[str, ...]  # per image column, in key order (both images share names and kinds)
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    variants: tuple[tuple[Column, ...], ...]
 
 
 @dataclass
 class RowBatch:
+    """The row changes of one shape, as one record batch: ``_ts``, ``_part``, ``_off``, ``_size``, ``_op`` (0 insert,
+    1 update, 2 delete), ``_var``, then ``b:<name>`` (the before image: null for an insert) and ``a:<name>`` (the
+    after image: null for a delete) of every column."""
+
     shape: Shape
     data: pa.RecordBatch
 
     def __len__(self) -> int:
         return self.data.num_rows
 
-    def to_events(self, converters: Sequence[Callable[[Any], Any]] | None = None) -> list[RowChange]:
-        """The row changes, as the codec's per-record decoder gives them. ``converters`` (per image column, in
-        key order) turn the text kinds (decimal) into their values; without them a decimal is ``Decimal(text)``,
-        which is what :func:`applier.mysql_values.parse_decimal` gives."""
+    def to_events(self) -> list[RowChange]:
+        """The row changes, as the codec's per-record decoder gives them."""
         sh, d = self.shape, self.data
         n = d.num_rows
-        ts, parts, offs, sizes = (d.column(c).to_pylist() for c in META)
+        ts, parts, offs, sizes, ops, var = (d.column(c).to_pylist() for c in META)
+        names = sh.names
         images = []
-        for prefix, keys in (("b:", sh.before_keys), ("a:", sh.after_keys)):
-            if keys is None:
-                images.append(itertools.repeat(None, n))
-                continue
-            cols = [V.to_python(k, None, d.column(prefix + name)) for name, k in zip(keys, sh.kinds)]
-            if not keys:
-                images.append([{} for _ in range(n)])
+        for prefix, absent in (("b:", 0), ("a:", 2)):
+            cols = [V.to_python(k, None, d.column(prefix + name)) for name, k in zip(names, sh.kinds)]
+            if names:
+                dicts = list(map(dict, map(zip, itertools.repeat(names), zip(*cols))))
             else:
-                images.append(list(map(dict, map(zip, itertools.repeat(keys), zip(*cols)))))
+                dicts = [{} for _ in range(n)]
+            images.append([None if o == absent else im for o, im in zip(ops, dicts)])
         positions = map(SourcePosition, itertools.repeat(sh.topic), parts, offs)
         return list(map(RowChange, itertools.repeat(sh.schema), itertools.repeat(sh.table), ts,
-                        itertools.repeat(sh.op), images[0], images[1], itertools.repeat(sh.columns), positions,
-                        sizes))
+                        map(OPS.__getitem__, ops), images[0], images[1], map(sh.variants.__getitem__, var),
+                        positions, sizes))
 
 
-def build_batch(shape: Shape, ts: Any, parts: Any, offs: Any, sizes: Any,
-                before: Sequence[pa.Array] | None, after: Sequence[pa.Array] | None) -> RowBatch:
-    """A RowBatch from its columns: the positions as lists or Arrow arrays, the image arrays in key order."""
-    arrays = [v if isinstance(v, pa.Array) else pa.array(v, t) for v, t in zip((ts, parts, offs, sizes), META_TYPES)]
-    names = list(META)
-    for prefix, keys, cols in (("b:", shape.before_keys, before), ("a:", shape.after_keys, after)):
-        if keys is None:
-            continue
-        assert cols is not None and len(cols) == len(keys)
-        arrays.extend(cols)
-        names.extend(prefix + k for k in keys)
+def build_batch(shape: Shape, meta: Sequence[Any], before: Sequence[pa.Array], after: Sequence[pa.Array]) -> RowBatch:
+    """A RowBatch from its columns: the META columns (lists or Arrow arrays), then both images' arrays in name
+    order."""
+    arrays = [v if isinstance(v, pa.Array) else pa.array(v, t) for v, t in zip(meta, META_TYPES)]
+    arrays.extend(before)
+    arrays.extend(after)
+    names = [*META, *("b:" + n for n in shape.names), *("a:" + n for n in shape.names)]
     return RowBatch(shape, pa.RecordBatch.from_arrays(arrays, names=names))
+
+
+def concat_batches(batches: Sequence[RowBatch]) -> RowBatch:
+    """Batches of one table, topic, names and kinds as one (their variants merged, ``_var`` renumbered); the Arrow
+    types of a column must agree (else ValueError)."""
+    if len(batches) == 1:
+        return batches[0]
+    first = batches[0].shape
+    variants: list[tuple[Column, ...]] = []
+    at: dict[int, int] = {}
+    datas = []
+    for b in batches:
+        remap = []
+        for v in b.shape.variants:
+            k = at.get(id(v))
+            if k is None:
+                k = next((i for i, w in enumerate(variants) if w is v or w == v), None)
+                if k is None:
+                    k = len(variants)
+                    variants.append(v)
+                at[id(v)] = k
+            remap.append(k)
+        d = b.data
+        if remap != list(range(len(remap))):
+            i = d.schema.get_field_index("_var")
+            d = d.set_column(i, "_var", pa.array(remap, pa.int16()).take(d.column(i)))
+        datas.append(d)
+    table = pa.Table.from_batches(datas)  # raises when the schemas differ
+    data = table.combine_chunks().to_batches()[0] if table.num_rows else datas[0]
+    return RowBatch(replace(first, variants=tuple(variants)), data)
 
 
 @dataclass
