@@ -88,11 +88,12 @@ def _stopped_on_signal(settings: Settings, res) -> int:
 
 def _applied_ts(settings: Settings) -> int | None:
     """The pipeline's applied resolved ts as the target has it (None: no progress recorded yet)."""
-    from sqlalchemy import create_engine, inspect, select
+    from sqlalchemy import inspect, select
 
+    from applier.dialect import target_engine
     from applier.progress import pipelines
 
-    engine = create_engine(settings.target_url(), connect_args={"connect_timeout": 5})  # both drivers take it
+    engine = target_engine(settings.target, connect_args={"connect_timeout": 5})  # both drivers take it
     try:
         with engine.connect() as conn:
             if not inspect(conn).has_table(pipelines.name):
@@ -102,6 +103,20 @@ def _applied_ts(settings: Settings) -> int | None:
         return None if value is None else int(value)
     finally:
         engine.dispose()
+
+
+def target_problem(exc: BaseException, *, create: bool = False) -> str:
+    """The target database's refusal in one line, and what to check: the TLS settings when TLS is what failed
+    (applier.dialect.tls_failure), else the url and the password and that the server answers."""
+    from applier.dialect import tls_failure
+
+    orig = getattr(exc, "orig", None)
+    reason = str(orig if orig is not None else exc).splitlines()[0][:500]
+    tls = tls_failure(exc)
+    if tls is not None:
+        return f"{reason}. TLS: {tls}; then rerun."
+    return (f"{reason}. Check [target] url (and password_env or password_file), that the server is reachable"
+            + (" and that the user may create tables" if create else "") + "; then rerun.")
 
 
 def _tso_arg(text: str) -> int:
@@ -176,9 +191,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 report = sr.gather(engine, pipeline=settings.pipeline.name, route=router_for(settings).route,
                                    reflect=reflect, target_shown=settings.target.url_redacted)
         except DBAPIError as exc:
-            reason = str(exc.orig if exc.orig is not None else exc).splitlines()[0][:500]
-            print(f"stopped: cannot use the target database {settings.target.url_redacted}: {reason}. Check [target] "
-                  "url (and password_env) and that the server is reachable; then rerun.", file=sys.stderr)
+            print(f"stopped: cannot use the target database {settings.target.url_redacted}: {target_problem(exc)}",
+                  file=sys.stderr)
             return EXIT_TARGET
     finally:
         engine.dispose()
@@ -527,9 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.say(f"stopped: {exc}")
         return 1
     except DBAPIError as exc:
-        reason = str(exc.orig if exc.orig is not None else exc).splitlines()[0][:500]
-        logs.say(f"stopped: cannot use the target database: {reason}. Check [target] url (and password_env), "
-                 "that the server is reachable and that the user may create tables; then rerun.")
+        logs.say(f"stopped: cannot use the target database: {target_problem(exc, create=True)}")
         return EXIT_TARGET
 
 

@@ -5,9 +5,10 @@ Every problem is reported as a :class:`ConfigError` naming the dotted key at fau
 to put there. Unknown keys are errors, with the closest valid key suggested, so a typo never passes
 silently.
 
-Secrets: the target password comes from ``target.password_env`` or from ``${VAR}`` references in
-``target.url`` (``${VAR}`` also works in ``[source.kafka]`` and ``[spark.conf]`` values, for SASL or SSL
-secrets; ``$${`` writes a literal ``${``). The resolved password is only returned by
+Secrets: the target password comes from ``target.password_env``, ``target.password_file`` or from ``${VAR}`` /
+``${file:PATH}`` references in ``target.url`` (both also work in ``[source.kafka]``, ``[source.codec]`` and
+``[spark.conf]`` values, for SASL or SSL secrets; ``${file:PATH}`` is the file's text less one trailing newline;
+``$${`` writes a literal ``${``). The resolved password is only returned by
 :meth:`Settings.target_url`; ``repr``/``str`` of every settings object, :meth:`Settings.redacted` and
 every ``ConfigError`` message mask it, as well as ``[source.kafka]``/``[spark.conf]`` values whose key
 looks secret (password, secret, jaas, token, credential, key) or that came from ``${VAR}``.
@@ -47,7 +48,9 @@ Example (every key; see ``conf/*.toml``)::
 
     [target]
     url = "postgresql+psycopg://replica@127.0.0.1:5432/replica"   # required
-    password_env = "REPLICA_PASSWORD"     # optional
+    password_env = "REPLICA_PASSWORD"     # optional; or password_file = "/run/secrets/replica-password"
+    ssl_mode = "verify-full"              # optional: disable | require | verify-ca | verify-full (applier.dialect)
+    ssl_ca = "/etc/applier/tls/ca.pem"    # optional (alone it means verify-full); ssl_cert + ssl_key: a client cert
     batch_rows = 5000
     retry_seconds = 300                   # transient target faults are retried this long; 0: never
     on_unsupported_ddl = "stop"           # stop | skip
@@ -55,6 +58,8 @@ Example (every key; see ``conf/*.toml``)::
     shard_ddl = "stop"                    # stop | skip: a DROP/TRUNCATE/RENAME/DROP INDEX of one shard of a merged table
     schema_evolution = "create"           # none | create (a routed table the target lacks, from the stream's schema)
                                           # | evolve (also add columns that appear in the stream)
+    load_data = "auto"                    # auto | on | off: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE
+                                          # (auto: when the server allows local_infile; PostgreSQL: not used)
     schema = ""                           # default target schema for unrouted tables
 
     [metrics]                             # Prometheus endpoint of `applier run` (applier.metrics)
@@ -227,9 +232,21 @@ _PIPELINE_KEYS = (
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "start_ts", "kafka",
                 "codec", "max_clock_skew", "retry_seconds")
-_TARGET_KEYS = ("url", "password_env", "batch_rows", "on_unsupported_ddl", "on_apply_error", "shard_ddl", "schema",
-                "retry_seconds", "schema_evolution")
+_TARGET_KEYS = ("url", "password_env", "password_file", "batch_rows", "on_unsupported_ddl", "on_apply_error",
+                "shard_ddl", "schema", "retry_seconds", "schema_evolution", "load_data", "ssl_mode", "ssl_ca", "ssl_cert",
+                "ssl_key")
+#: ``[target] ssl_mode``: PostgreSQL's sslmode words, for every target (applier.dialect maps them per driver)
+SSL_MODES = ("disable", "require", "verify-ca", "verify-full")
+#: TLS settings a target URL's query may carry for its driver: set in the URL or in the [target] ssl_* keys, not both
+_URL_TLS_QUERY = frozenset({"sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "ssl", "ssl_ca", "ssl_cert",
+                            "ssl_key", "ssl_disabled", "ssl_verify_cert", "ssl_verify_identity", "ssl_capath"})
+#: A secret file larger than this is a mistake (a certificate bundle, a log), not a password
+SECRET_FILE_MAX_BYTES = 65536
+#: ``[source.kafka]`` options that name a file the driver and the executors read (checked to exist at start-up)
+KAFKA_FILE_KEYS = ("ssl.truststore.location", "ssl.keystore.location")
 SCHEMA_EVOLUTION = ("none", "create", "evolve")
+#: ``[target] load_data``: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE (applier.sinks.mysql_load)
+LOAD_DATA = ("auto", "on", "off")
 _SPARK_KEYS = ("master", "startup_timeout_seconds", "conf")
 _METRICS_KEYS = ("port", "host")
 _ROUTE_KEYS = ("match", "schema", "table", "ignore", "on_apply_error", "on_decode_error", "mode")
@@ -463,6 +480,13 @@ class SourceSettings(_RedactedRepr):
 class TargetSettings(_RedactedRepr):
     _url: URL = field(compare=False)  # password resolved; only sqlalchemy_url() hands it out
     password_env: str | None = None
+    password_file: str | None = None  # absolute path of the file the password was read from
+    # TLS (applier.dialect maps these per driver): "" = the driver's default (psycopg: prefer; PyMySQL: preferred,
+    # unverified), else disable | require | verify-ca | verify-full; files as absolute paths
+    ssl_mode: str = ""
+    ssl_ca: str | None = None
+    ssl_cert: str | None = None
+    ssl_key: str | None = None
     batch_rows: int = 5000
     on_unsupported_ddl: str = "stop"  # stop | skip
     on_apply_error: str = "stop"  # stop | quarantine | skip: a row change the target refuses
@@ -470,6 +494,14 @@ class TargetSettings(_RedactedRepr):
     schema: str = ""
     retry_seconds: int = 300  # how long transient target faults are retried (0: never)
     schema_evolution: str = "create"  # none | create | evolve (applier/evolve.py)
+    # auto | on | off: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE (applier/sinks/mysql_load.py); auto uses
+    # it when the server allows local_infile, on requires it, off keeps executemany. PostgreSQL: not used.
+    load_data: str = "auto"
+
+    @property
+    def verifies_certificate(self) -> bool:
+        """Whether the server's certificate is checked (ssl_mode verify-ca or verify-full)."""
+        return self.ssl_mode in ("verify-ca", "verify-full")
 
     def sqlalchemy_url(self) -> URL:
         """The effective URL, password resolved (``str()`` of a SQLAlchemy URL masks it; use
@@ -493,6 +525,11 @@ class TargetSettings(_RedactedRepr):
         return {
             "url": self.url_redacted,
             "password_env": self.password_env,
+            "password_file": self.password_file,
+            "ssl_mode": self.ssl_mode or None,
+            "ssl_ca": self.ssl_ca,
+            "ssl_cert": self.ssl_cert,
+            "ssl_key": self.ssl_key,
             "batch_rows": self.batch_rows,
             "on_unsupported_ddl": self.on_unsupported_ddl,
             "on_apply_error": self.on_apply_error,
@@ -500,7 +537,13 @@ class TargetSettings(_RedactedRepr):
             "schema": self.schema,
             "retry_seconds": self.retry_seconds,
             "schema_evolution": self.schema_evolution,
+            "load_data": self.load_data,
         }
+
+    @property
+    def uses_load_data(self) -> bool:
+        """Whether the engine is made for LOAD DATA LOCAL (a MySQL/MariaDB target, load_data not "off")."""
+        return self.load_data != "off" and self.dialect in ("mysql", "mariadb")
 
 
 @dataclass(frozen=True, repr=False)
@@ -696,6 +739,12 @@ class _Parser:
             if m.group(0) == "$${":
                 return "${"
             name = m.group(1)
+            if name.startswith("file:"):  # a secret kept in a file (a Kubernetes secret volume): always a secret
+                resolved = self.secret_file(key, name[len("file:"):])
+                self.secrets.append(resolved)
+                if quote:
+                    self.secrets.append(urllib.parse.quote(resolved, safe=""))
+                return urllib.parse.quote(resolved, safe="") if quote else resolved
             if not _ENV_NAME_RE.fullmatch(name):
                 raise self.error(key, f"invalid environment reference ${{{name}}}; write ${{NAME}} (letters, digits, _)")
             if name not in self.env:
@@ -708,6 +757,54 @@ class _Parser:
             return urllib.parse.quote(resolved, safe="") if quote else resolved
 
         return _ENV_REF_RE.sub(sub, value)
+
+    def secret_file(self, key: str, path_text: str) -> str:
+        """The secret a file holds (``${file:PATH}``, ``target.password_file``): its text, less one trailing newline
+        (``echo pw > f`` and Kubernetes secret volumes both work). A relative path resolves against the config
+        file's folder. Any file mode is accepted: Kubernetes mounts secrets 0644 by default in a volume only the pod
+        sees; keeping the file private is the deployment's business (README, "Secrets")."""
+        if not path_text.strip():
+            raise self.error(key, "empty file path in ${file:...}; write ${file:/run/secrets/NAME}")
+        path = self.local_path(path_text.strip())
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(SECRET_FILE_MAX_BYTES + 1)
+        except FileNotFoundError:
+            raise self.error(key, f"secret file {path} does not exist; create it (or mount the secret there) or "
+                             "fix the path") from None
+        except IsADirectoryError:
+            raise self.error(key, f"secret file {path} is a directory; name the file inside it") from None
+        except PermissionError:
+            raise self.error(key, f"secret file {path} is not readable by this user (uid {os.getuid()}); "
+                             "give it read permission for the applier's user") from None
+        except OSError as exc:
+            raise self.error(key, f"cannot read secret file {path}: {exc.strerror or exc}") from None
+        if len(data) > SECRET_FILE_MAX_BYTES:
+            raise self.error(key, f"secret file {path} is larger than {SECRET_FILE_MAX_BYTES} bytes: not a "
+                             "password file; check the path")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.error(key, f"secret file {path} is not UTF-8 text") from None
+        if text.endswith("\r\n"):
+            text = text[:-2]
+        elif text.endswith("\n"):
+            text = text[:-1]
+        if text == "":
+            raise self.error(key, f"secret file {path} is empty; write the secret into it")
+        return text
+
+    def readable_file(self, key: str, value: str, what: str) -> str:
+        """A file the applier (or its driver's Kafka client) reads at start-up, as an absolute path; it must exist
+        and be readable now, so a wrong path is named here rather than deep in a driver's TLS handshake."""
+        if not value.strip():
+            raise self.error(key, f"must not be empty: the path of {what}")
+        path = self.local_path(value.strip())
+        if not path.is_file():
+            raise self.error(key, f"{what} {path} does not exist or is not a file; fix the path")
+        if not os.access(path, os.R_OK):
+            raise self.error(key, f"{what} {path} is not readable by this user (uid {os.getuid()})")
+        return str(path)
 
     def local_dir_key(self, d: Mapping[str, Any], key: str, example: str) -> Path | None:
         """An optional ``[pipeline]`` folder that must be on the driver's own disk (never a URI); None if unset."""
@@ -915,6 +1012,10 @@ class _Parser:
         kafka, kafka_templates = self.options(
             d.get("kafka", {}), "source.kafka", OWNED_KAFKA_KEYS, allow_float=False, prefix_hint="kafka."
         )
+        files = {k: self.readable_file(f'source.kafka."{k}"', kafka[k], "the file")
+                 for k in KAFKA_FILE_KEYS if k in kafka}
+        if files:
+            kafka = FrozenMap({**kafka, **files})
         return SourceSettings(
             bootstrap_servers=servers,
             protocol=protocol,
@@ -1005,6 +1106,8 @@ class _Parser:
         example = f'url = "postgresql+psycopg://replica@127.0.0.1:5432/replica" (drivers: {", ".join(SUPPORTED_DRIVERS)})'
         raw_url = self.get(d, p, "url", str, hint=example)
         password_env = self.get(d, p, "password_env", str, hint='password_env = "REPLICA_PASSWORD"', default=None)
+        password_file = self.get(d, p, "password_file", str, hint='password_file = "/run/secrets/replica-password"',
+                                 default=None)
         # Remember the password part (literal or from ${VAR}) before parsing, so no message can echo it.
         expanded = self.expand("target.url", raw_url, secret=False, quote=True)
         self.note_literal_password(expanded)
@@ -1030,6 +1133,19 @@ class _Parser:
             raise self.error("target.url", f"missing database name after the host; write e.g. {example}")
         if url.password is not None:
             self.secrets.append(str(url.password))
+        if password_env is not None and password_file is not None:
+            raise self.error("target.password_file", "set the password in one place: password_env or password_file, "
+                             "not both")
+        if password_file is not None:
+            if url.password is not None:
+                raise self.error(
+                    "target.password_file",
+                    "the url already carries a password; set it in one place (drop it from the url or drop "
+                    "password_file)")
+            password = self.secret_file("target.password_file", password_file)
+            self.secrets.append(password)
+            url = url.set(password=password)
+            password_file = str(self.local_path(password_file.strip()))
         if password_env is not None:
             if not _ENV_NAME_RE.fullmatch(password_env):
                 raise self.error(
@@ -1056,6 +1172,10 @@ class _Parser:
         on_apply = self.choice(d, p, "on_apply_error", APPLY_ERROR_POLICIES, "stop")
         shard_ddl = self.choice(d, p, "shard_ddl", ("stop", "skip"), "stop")
         evolution = self.choice(d, p, "schema_evolution", SCHEMA_EVOLUTION, "create")
+        load_data = self.choice(d, p, "load_data", LOAD_DATA, "auto")
+        if load_data == "on" and url.get_backend_name() == "postgresql":
+            raise self.error("target.load_data", '"on" is for MySQL/MariaDB targets (LOAD DATA LOCAL INFILE); a '
+                             'PostgreSQL target already writes with COPY: remove the key or set "auto"')
         retry = self.get(d, p, "retry_seconds", int, hint="retry_seconds = 300", default=300)
         if retry < 0:
             raise self.error("target.retry_seconds", f"must be >= 0 (0: never retry), got {retry}")
@@ -1064,9 +1184,12 @@ class _Parser:
             raise self.error("target.schema", f"longer than {MAX_NAME_LENGTH} characters")
         if schema and schema != schema.strip():
             raise self.error("target.schema", "must not start or end with spaces")
+        tls = self.target_tls(d, url)
         return TargetSettings(
             _url=url,
             password_env=password_env,
+            password_file=password_file,
+            **tls,
             batch_rows=batch_rows,
             on_unsupported_ddl=on_ddl,
             on_apply_error=on_apply,
@@ -1074,7 +1197,41 @@ class _Parser:
             schema=schema,
             retry_seconds=retry,
             schema_evolution=evolution,
+            load_data=load_data,
         )
+
+    def target_tls(self, d: Mapping[str, Any], url: URL) -> dict[str, Any]:
+        """``[target] ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``: TLS to the target database, one vocabulary
+        for every target (PostgreSQL's sslmode words; applier.dialect maps them to each driver's arguments).
+        ``ssl_ca`` alone means ``verify-full``: the certificate must chain to that CA and name the url's host."""
+        p = "target"
+        mode = self.get(d, p, "ssl_mode", str, hint='ssl_mode = "verify-full"', default=None)
+        if mode is not None and mode not in SSL_MODES:
+            raise self.error("target.ssl_mode", f"invalid value {mode!r}{_suggest(mode, SSL_MODES)} (expected one of: "
+                             f"{', '.join(SSL_MODES)}; verify-full checks the certificate and that it names the url's "
+                             "host, verify-ca only the certificate, require encrypts without checking it)")
+        files: dict[str, str | None] = {}
+        for key, example, what in (("ssl_ca", "/etc/applier/tls/ca.pem", "the CA certificate file (PEM)"),
+                                   ("ssl_cert", "/etc/applier/tls/client.pem", "the client certificate file (PEM)"),
+                                   ("ssl_key", "/etc/applier/tls/client.key", "the client key file (PEM)")):
+            value = self.get(d, p, key, str, hint=f'{key} = "{example}"', default=None)
+            files[key] = None if value is None else self.readable_file(f"target.{key}", value, what)
+        if (files["ssl_cert"] is None) != (files["ssl_key"] is None):
+            missing = "ssl_key" if files["ssl_key"] is None else "ssl_cert"
+            raise self.error(f"target.{missing}", "a client certificate needs both ssl_cert and ssl_key; set "
+                             f"{missing} too (or drop the other)")
+        given = [k for k in ("ssl_mode", "ssl_ca", "ssl_cert", "ssl_key") if k in d]
+        if mode is None and given:
+            mode = "verify-full"
+        if mode == "disable" and len(given) > 1:
+            raise self.error("target.ssl_mode", f'"disable" contradicts {", ".join(g for g in given if g != "ssl_mode")}: '
+                             "drop them, or choose require, verify-ca or verify-full")
+        in_url = sorted(k for k in url.query if k.lower() in _URL_TLS_QUERY)
+        if given and in_url:
+            raise self.error(f"target.{given[0]}", f"the url's query already sets TLS ({', '.join(in_url)}); set TLS "
+                             "in one place: the [target] ssl_* keys (preferred) or the url, not both")
+        return {"ssl_mode": mode or "", "ssl_ca": files["ssl_ca"], "ssl_cert": files["ssl_cert"],
+                "ssl_key": files["ssl_key"]}
 
     def note_literal_password(self, text: str) -> None:
         """Record the password part of a URL-like string (before parsing, so parse errors can't leak it)."""

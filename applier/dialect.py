@@ -14,8 +14,11 @@ What a dialect *runs* (table reads, upsert/delete SQL, schema creation) lives in
 
 from __future__ import annotations
 
+import re
+import ssl
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -85,6 +88,49 @@ PG_TARGET_FAULT_SQLSTATES = frozenset({"25006", "42501"})
 PG_TARGET_FAULT_SQLSTATE_CLASSES = ("53", "57", "58", "XX")
 
 
+# What a driver says when TLS to the target cannot be set up for good (as opposed to a TLS connection lost, which
+# passes like any lost connection): the server's certificate does not verify (an unknown CA, a name it does not
+# hold, expired), the server refuses our client certificate, or offers no TLS. libpq's words (psycopg) and Python's
+# ssl module's (PyMySQL).
+_TLS_SERVER_CERT = re.compile(
+    r"certificate verify failed|CERTIFICATE_VERIFY_FAILED|self[- ]signed certificate|unable to get local issuer|"
+    r"certificate has expired|root certificate file .* does not exist|could not read root certificate", re.I)
+_TLS_HOSTNAME = re.compile(r"does not match host name|IP address mismatch|Hostname mismatch|"
+                           r"certificate is not valid for", re.I)
+_TLS_CLIENT_CERT = re.compile(r"alert (unknown ca|bad certificate|certificate required)|certificate required|"
+                              r"could not (load|read|open) (private key|certificate|client certificate)|"
+                              r"private key file .* has group or world access", re.I)
+_TLS_NOT_OFFERED = re.compile(r"SSL is required|server does not support SSL", re.I)
+
+
+def tls_failure(exc: BaseException | None) -> str | None:
+    """When ``exc`` (or an error it was raised from) says TLS to the target cannot work as configured, what to do
+    about it, naming the settings; else None (a lost TLS connection is not such a failure). The same advice for
+    every driver: the settings are the applier's."""
+    texts = []
+    for _ in range(20):
+        if exc is None:
+            break
+        texts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    text = "\n".join(texts)
+    if _TLS_HOSTNAME.search(text):
+        return ("the server's certificate does not name the host in target.url: connect with a host name the "
+                "certificate holds (its subject alternative names), or have the certificate reissued for this name; "
+                'target.ssl_mode = "verify-ca" skips the name check (the CA must still have signed it)')
+    if _TLS_SERVER_CERT.search(text):
+        return ("the server's certificate does not verify against target.ssl_ca: set ssl_ca to the PEM file of the "
+                "CA that signed the server's certificate (without ssl_ca the system's trusted CAs are used), and "
+                "check that the certificate has not expired")
+    if _TLS_CLIENT_CERT.search(text):
+        return ("the client certificate was refused or cannot be read: check target.ssl_cert and target.ssl_key (a "
+                "certificate the server's CA signed, and its key readable only by this user)")
+    if _TLS_NOT_OFFERED.search(text):
+        return ("the server does not offer TLS: enable it on the server (MariaDB/MySQL ssl_cert and ssl_key, "
+                'PostgreSQL ssl = on), or set target.ssl_mode = "disable" if the connection may go unencrypted')
+    return None
+
+
 def _driver_error(exc: BaseException | None) -> DBAPIError | None:
     """The outermost DBAPI error in ``exc``'s cause chain (bounded: chains can loop)."""
     for _ in range(20):
@@ -110,6 +156,15 @@ class Dialect:
     def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
         raise NotImplementedError
 
+    def connect_args(self, target: Any) -> dict[str, Any]:
+        """The driver's connect arguments for ``[target]``'s TLS settings (``ssl_mode``, ``ssl_ca``, ``ssl_cert``,
+        ``ssl_key``: applier.config.TargetSettings); {} leaves the driver's defaults."""
+        return {}
+
+    def check_connection(self, dbapi_connection: Any, target: Any) -> None:
+        """Called on every new connection of an engine made by :func:`target_engine`: refuse one that does not
+        hold what ``[target]`` asked for (a driver that fell back to plain text)."""
+
     def translate_ddl(self, query: str, *, schema: str, table: str, route: Route) -> TranslatedDDL:
         """The upstream (TiDB) DDL as statements for this database (raises UnsupportedDDL)."""
         return translate(self.name, query, schema=schema, table=table, route=route)
@@ -124,7 +179,9 @@ class Dialect:
         connection, a server restart, a deadlock or lock-wait timeout. Such a fault replays the whole target
         transaction."""
         err = _driver_error(exc)
-        return err is not None and (err.connection_invalidated or self._transient_driver_error(err.orig))
+        if err is None or tls_failure(err) is not None:  # a certificate that does not verify will not verify later
+            return False
+        return err.connection_invalidated or self._transient_driver_error(err.orig)
 
     def is_replay_noop(self, exc: BaseException) -> bool:
         """True when re-running a DDL failed only because it had already taken effect."""
@@ -159,10 +216,43 @@ class Dialect:
 class MySQLDialect(Dialect):
     name = "mysql"
 
+    def connect_args(self, target: Any) -> dict[str, Any]:
+        """PyMySQL's ``ssl``: an :class:`ssl.SSLContext` built here, so every mode means exactly what it says
+        (verify-full: the CA and the host name; verify-ca: the CA only; require: encrypted, unchecked);
+        ``disable``: ``ssl_disabled``. Passing a context makes PyMySQL insist on TLS; :meth:`check_connection`
+        checks it too, for PyMySQL versions that fell back to plain text silently."""
+        mode = target.ssl_mode
+        if not mode:
+            return {}
+        if mode == "disable":
+            return {"ssl_disabled": True}
+        ctx = ssl.create_default_context(cafile=target.ssl_ca) if mode != "require" else ssl.SSLContext(
+            ssl.PROTOCOL_TLS_CLIENT)
+        if mode == "require":
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        else:
+            ctx.check_hostname = mode == "verify-full"
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        if target.ssl_cert:
+            ctx.load_cert_chain(target.ssl_cert, keyfile=target.ssl_key)
+        return {"ssl": ctx}
+
+    def check_connection(self, dbapi_connection: Any, target: Any) -> None:
+        if target.ssl_mode in ("require", "verify-ca", "verify-full"):
+            sock = getattr(dbapi_connection, "_sock", None)
+            if sock is not None and not isinstance(sock, ssl.SSLSocket):
+                import pymysql
+
+                dbapi_connection.close()
+                raise pymysql.err.OperationalError(2026, f"SSL is required (target.ssl_mode = {target.ssl_mode!r}) "
+                                                   "but the server does not support SSL: the connection is not "
+                                                   "encrypted")
+
     def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
         from applier.sinks.mysql import MySQLSink
 
-        return MySQLSink(batch_rows, convert=self.value_converter, timer=timer)
+        return MySQLSink(batch_rows, convert=self.value_converter, timer=timer, transient=self.is_transient)
 
     def value_converter(self, column_type: str | None) -> Converter | None:
         from applier.sinks.mysql import mysql_converter
@@ -211,6 +301,20 @@ class PostgresDialect(Dialect):
     name = "postgresql"
     ddl_is_transactional = True
     drop_schema_cascades = True
+
+    def connect_args(self, target: Any) -> dict[str, Any]:
+        """libpq's own parameters (psycopg passes them through): ``sslmode`` is the setting itself; without
+        ``ssl_ca`` a verifying mode trusts the system's CAs (``sslrootcert=system``, libpq 16+), not libpq's
+        default ``~/.postgresql/root.crt``."""
+        mode = target.ssl_mode
+        if not mode:
+            return {}
+        args: dict[str, Any] = {"sslmode": mode}
+        if mode in ("verify-ca", "verify-full"):
+            args["sslrootcert"] = target.ssl_ca or "system"
+        if target.ssl_cert:
+            args.update(sslcert=target.ssl_cert, sslkey=target.ssl_key)
+        return args
 
     def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
         from applier.sinks.postgres import PostgresSink
@@ -304,3 +408,16 @@ def dialect_for(bind: Engine | Connection) -> Dialect:
     if sa.name in ("mysql", "mariadb"):
         return MARIADB if getattr(sa, "is_mariadb", False) else MYSQL
     return dialect_named(sa.name)
+
+
+def target_engine(target: Any, **kwargs: Any) -> Engine:
+    """A SQLAlchemy engine on ``[target]`` (applier.config.TargetSettings): its URL with the password resolved and
+    its dialect's connect arguments for TLS (merged under ``kwargs["connect_args"]``). Every connection the applier
+    makes to the target goes through here, so the TLS settings hold for all of them."""
+    dialect = dialect_named(target.dialect)
+    connect_args = {**dialect.connect_args(target), **kwargs.pop("connect_args", {})}
+    engine = create_engine(target.sqlalchemy_url(), connect_args=connect_args, **kwargs)
+    if target.ssl_mode:
+        event.listen(engine, "connect", lambda dbapi_connection, record: dialect.check_connection(dbapi_connection,
+                                                                                                    target))
+    return engine

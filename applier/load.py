@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sqlalchemy import and_, create_engine, func, inspect, insert, select
+from sqlalchemy import and_, func, inspect, insert, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -55,7 +55,7 @@ from applier import migrate
 from applier import progress as p
 from applier.config import Settings
 from applier.ddl import UnsupportedDDL
-from applier.dialect import Dialect, dialect_for
+from applier.dialect import Dialect, dialect_for, target_engine, tls_failure
 from applier.dumpling import (
     DataFile, ExportError, ReadOptions, SourceColumn, TableDef, TableExport, line_of, parse_table_schema,
     read_rows, read_text, scan,
@@ -231,15 +231,16 @@ def load(settings: Settings, opts: LoadOptions) -> LoadResult:
     result = LoadResult(settings.pipeline.name, snapshot, settings.target.url_redacted, ignored=ignored,
                         not_loaded=export.not_loaded, unknown=export.unknown)
     groups = group_by_target(plans)
-    engine = create_engine(settings.target_url(), pool_pre_ping=True, pool_size=opts.threads + 1, max_overflow=2)
+    engine = target_engine(settings.target, pool_pre_ping=True, pool_size=opts.threads + 1, max_overflow=2)
     try:
         try:
             migrate.upgrade(engine)
             dialect = dialect_for(engine)
         except DBAPIError as exc:
+            tls = tls_failure(exc)
             raise TargetUnusable(f"cannot use the target database {settings.target.url_redacted}: {db_reason(exc)}. "
-                                 "Check [target] url (and password_env) and that the server is reachable; then rerun"
-                                 ) from None
+                                 + (f"TLS: {tls}; then rerun" if tls else "Check [target] url (and password_env or "
+                                    "password_file) and that the server is reachable; then rerun")) from None
         job = _Load(settings, opts, engine, dialect, router.route, snapshot, groups)
         job.check_target()
         job.store.claim(engine)

@@ -285,18 +285,22 @@ class EndOffsets:
     def _loop(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
+        from applier.kafka_security import librdkafka_security
+
         consumer = None
         while not self._stop.is_set():
             try:
                 if consumer is None:
+                    # [source.kafka]'s login and trust in librdkafka's names (the same as the source's)
+                    security = librdkafka_security(self.kafka)
+                    if security is None:
+                        log.warning("metrics: [source.kafka] has security settings librdkafka cannot take (a JKS "
+                                    "trust store, Kerberos, OAuth...): no consumer-lag gauge in this run")
+                        return
                     # log_level 0: librdkafka's own lines (connection retries, ...) stay off the applier's stderr;
                     # a failure is reported once below
                     conf = {"bootstrap.servers": self.bootstrap, "group.id": f"applier-metrics-{os.getpid()}",
-                            "enable.auto.commit": False, "log_level": 0}
-                    # the librdkafka names of the Java client's security settings that share them
-                    for k in ("security.protocol", "sasl.mechanism", "ssl.ca.location"):
-                        if k in self.kafka:
-                            conf[k] = self.kafka[k]
+                            "enable.auto.commit": False, "log_level": 0, **security}
                     consumer = Consumer(conf)
                 ends = {}
                 for topic, part in list(self.partitions()):
@@ -338,12 +342,13 @@ class ServedMetrics:
 def _table_progress(settings: Any) -> dict[tuple[str, str], int]:
     """Each table's applied ts from the progress tables, so the per-table gauges cover the tables that get no
     change in this run; empty when the target cannot be read yet (the run says why, not the metrics)."""
-    from sqlalchemy import create_engine, inspect, select
+    from sqlalchemy import inspect, select
 
+    from applier.dialect import target_engine
     from applier.progress import tables
 
     try:
-        engine = create_engine(settings.target_url(), pool_size=1)
+        engine = target_engine(settings.target, pool_size=1)
         try:
             with engine.connect() as conn:
                 if not inspect(conn).has_table(tables.name):

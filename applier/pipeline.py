@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from applier import logs, migrate
@@ -35,9 +34,10 @@ from applier.decode import (
     CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
     shared_schemas, warm_decoder, with_schemas, worker_crashed,
 )
-from applier.dialect import Dialect, dialect_for
+from applier.dialect import Dialect, dialect_for, target_engine
 from applier.events import DecodeError, KafkaMessage
 from applier.handoff import BatchHandoff
+from applier.kafka_security import KafkaSettingError, librdkafka_security, probe, refusal
 from applier.processor import BatchProcessor, BatchReport
 from applier.progress import PipelineState, ProgressStore
 from applier.report import ProgressLine
@@ -374,69 +374,33 @@ def missing_topics(settings: Settings, missing: list[str]) -> ConfigError:
         source=str(settings.source_path or "<config>"))
 
 
-# [source.kafka] security settings (the Java client's names) that librdkafka spells the same way
-_SAME_IN_LIBRDKAFKA = frozenset({"security.protocol", "sasl.mechanism", "ssl.key.password", "ssl.keystore.password",
-                                 "ssl.ca.location", "sasl.username", "sasl.password"})
-_JAAS_FIELD = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
-def librdkafka_security(kafka: Mapping[str, str]) -> dict[str, str] | None:
-    """The librdkafka (confluent_kafka) form of ``[source.kafka]``'s security settings, or None when one has no
-    librdkafka form: a JKS trust or key store, a JAAS login other than PLAIN/SCRAM, Kerberos, OAuth, cipher
-    lists. Other settings (timeouts, client ids, fetch sizes) do not matter for listing topics and are left out."""
-    out: dict[str, str] = {}
-    for key, value in kafka.items():
-        if not key.startswith(("security.", "sasl.", "ssl.")):
-            continue
-        if key in _SAME_IN_LIBRDKAFKA:
-            out[key] = value
-        elif key == "sasl.jaas.config":
-            if "PlainLoginModule" not in value and "ScramLoginModule" not in value:
-                return None
-            fields = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_FIELD.findall(value)}
-            if set(fields) != {"username", "password"}:
-                return None
-            out["sasl.username"], out["sasl.password"] = fields["username"], fields["password"]
-        elif key == "ssl.endpoint.identification.algorithm":
-            out[key] = value or "none"
-        elif key == "ssl.truststore.location" and kafka.get("ssl.truststore.type", "").upper() == "PEM":
-            out["ssl.ca.location"] = value
-        elif key == "ssl.truststore.certificates" and kafka.get("ssl.truststore.type", "").upper() == "PEM":
-            out["ssl.ca.pem"] = value
-        elif key == "ssl.keystore.location" and kafka.get("ssl.keystore.type", "").upper() == "PKCS12":
-            out[key] = value
-        elif key in ("ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password"):
-            continue  # read with the location above (a PEM trust store has no password)
-        else:
-            return None
-    if out.get("sasl.mechanism", "PLAIN").upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-        return None
-    return out
-
-
-def check_topics_exist(settings: Settings, timeout: float = 10.0) -> None:
-    """A topic of ``source.topics`` that Kafka does not have is a configuration error, found before Spark starts
-    (librdkafka's metadata request, with ``[source.kafka]``'s security settings mapped to its names). When they
-    cannot be mapped, or the brokers do not answer in time, this check is skipped (logged at INFO) and the JVM
-    client's check in :func:`kafka_partitions` finds the same error once Spark has started."""
+def check_kafka_access(settings: Settings, timeout: float = 10.0) -> None:
+    """Before Spark starts, within ``timeout`` seconds: Kafka accepts this client's login and TLS (a refused login, a
+    certificate that does not verify or names another host: exit 5 naming the ``[source.kafka]`` key and the fix,
+    :mod:`applier.kafka_security`), and a topic of ``source.topics`` that Kafka does not have is a configuration
+    error. librdkafka asks, with ``[source.kafka]``'s security settings mapped to its names; when they have no
+    librdkafka form, or the brokers do not answer in time, the check is left (logged at INFO) to the JVM client's
+    in :func:`kafka_partitions`, which names the same errors once Spark has started."""
     mode, _ = settings.source.subscription()
-    if mode != "subscribe":
-        return  # a pattern may match topics created later
-    security = librdkafka_security(settings.source.kafka)
-    if security is None:
-        log.info("[source.kafka] has security settings librdkafka cannot take: the topics are checked once Spark "
-                 "has started")
-        return
-    from confluent_kafka.admin import AdminClient
-
-    # log_level 0: librdkafka's own lines (connection retries, ...) stay out of the applier's output
-    admin = AdminClient({"bootstrap.servers": settings.source.bootstrap_servers, "log_level": 0, **security})
+    kafka = settings.source.kafka
     try:
-        names = set(admin.list_topics(timeout=timeout).topics)
-    except Exception as exc:  # noqa: BLE001 - authentication, a slow broker: the JVM check decides
-        log.info("could not list the topics before Spark starts (%s); they are checked once it has", exc)
+        security = librdkafka_security(kafka)
+    except KafkaSettingError as exc:
+        raise ConfigError(exc.key, exc.message, source=str(settings.source_path or "<config>")) from None
+    if security is None:
+        log.info("[source.kafka] has security settings librdkafka cannot take: Kafka's login and the topics are "
+                 "checked once Spark has started")
         return
-    missing = [t for t in settings.source.topics or () if t not in names]
+    if mode != "subscribe" and not security:
+        return  # nothing to check: a pattern may match topics created later, and there is no login
+    found = probe(settings.source.bootstrap_servers, security, kafka, timeout=timeout)
+    if found.refused is not None:
+        raise SourceUnreachable(found.refused.message(settings.source.bootstrap_servers), reason=found.refused.reason)
+    if found.topics is None:
+        log.info("could not list the topics before Spark starts (%s); they are checked once it has",
+                 found.errors[-1] if found.errors else "no answer")
+        return
+    missing = [t for t in settings.source.topics or () if t not in found.topics] if mode == "subscribe" else []
     if missing:
         raise missing_topics(settings, missing)
 
@@ -450,8 +414,46 @@ class RunResult:
     signal: int | None = None  # the SIGINT/SIGTERM/SIGHUP the run stopped on (after its current micro-batch)
 
 
-def make_engine(settings: Settings) -> Engine:
-    return create_engine(settings.target_url(), pool_pre_ping=True, pool_size=2, max_overflow=2)
+def make_engine(settings: Settings, *, load_data: bool = False) -> Engine:
+    """The target's engine. ``load_data``: its MySQL/MariaDB connections may answer the server's request for the
+    writer's own LOAD DATA file (:func:`applier.sinks.mysql_load.enable_local_infile`); only ``applier run``
+    asks for it, when ``[target] load_data`` is not "off" (then :func:`settle_load_data`)."""
+    engine = target_engine(settings.target, pool_pre_ping=True, pool_size=2, max_overflow=2)
+    if load_data and settings.target.uses_load_data:
+        from applier.sinks.mysql_load import enable_local_infile
+
+        enable_local_infile(engine)
+    return engine
+
+
+def settle_load_data(engine: Engine, settings: Settings) -> Engine:
+    """``[target] load_data`` at start, on an engine made with ``load_data=True``: asks the server once whether it
+    allows ``LOAD DATA LOCAL`` (``@@GLOBAL.local_infile``). Allowed: the engine as it is (upserts of
+    :data:`~applier.sinks.mysql_load.MIN_ROWS` rows or more go through it). Not allowed: "on" refuses to start,
+    naming the server setting; "auto" says so once and returns an engine without local_infile (executemany, as
+    with "off"), so a connection never offers the capability it will not use."""
+    if not settings.target.uses_load_data:
+        return engine
+    from applier.sinks.mysql_load import MIN_ROWS, server_allows_local_infile
+
+    with engine.connect() as conn:
+        allowed = server_allows_local_infile(conn)
+    if allowed:
+        log.info("[target] load_data = \"%s\": upserts of %d rows or more go through LOAD DATA LOCAL INFILE",
+                 settings.target.load_data, MIN_ROWS)
+        return engine
+    engine.dispose()
+    if settings.target.load_data == "on":
+        raise ConfigError(
+            "target.load_data", '"on" needs LOAD DATA LOCAL INFILE, which the target server does not allow (its '
+            "local_infile is OFF): run SET GLOBAL local_infile = 1 on it (and set local_infile = 1 under [mysqld] in "
+            'its configuration, so that a restart keeps it), or set load_data = "auto" (executemany while the '
+            'server does not allow it) or "off"')
+    log.warning('[target] load_data = "auto": the target server does not allow LOAD DATA LOCAL INFILE (its '
+                "local_infile is OFF), so upserts go through executemany; SET GLOBAL local_infile = 1 on the server "
+                '(and local_infile = 1 under [mysqld]) enables the faster path at the next start, load_data = "off" '
+                "silences this")
+    return make_engine(settings)
 
 
 def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
@@ -471,6 +473,10 @@ def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
             topics = consumer.listTopics()
         except Exception as exc:
             reason = java_cause(exc)
+            refused = refusal(java_text(exc) or reason, settings.source.kafka)
+            if refused is not None:
+                raise SourceUnreachable(refused.message(settings.source.bootstrap_servers), cause=java_text(exc),
+                                        reason=refused.reason) from None
             raise SourceUnreachable(
                 f"cannot list topics on {settings.source.bootstrap_servers} (config key source.bootstrap_servers, "
                 f"and [source.kafka] for security settings): {reason}", cause=java_text(exc) or reason, reason=reason,
@@ -612,12 +618,13 @@ def run(settings: Settings, *, until_caught_up: bool = False, until_ts: int | No
     # A stop signal from here on stops the run where it stands (applier.crashguard.STOP: main thread only).
     with STOP.handling(), _Lock(settings.pipeline.local_dir / "applier.lock", settings.pipeline.name):
         check_brokers_reachable(settings)
-        check_topics_exist(settings)  # a missing topic is a configuration error, found before Spark starts
+        check_kafka_access(settings)  # a refused login or certificate, a missing topic: found before Spark starts
         served = serve_metrics(settings, timer)
         if served is not None:
             timer = served.metrics
-        engine = make_engine(settings)
+        engine = make_engine(settings, load_data=True)
         try:
+            engine = settle_load_data(engine, settings)
             migrate.upgrade(engine)
             dialect = dialect_for(engine)
             if STOP.requested:  # asked to stop while starting: nothing read, nothing to finish
@@ -663,6 +670,10 @@ def _query_failure(exc: BaseException, source_lost: list[SourceUnreachable], set
     if lost is not None:
         return lost
     text = java_text(exc)
+    refused = refusal(text, settings.source.kafka) if text else None
+    if refused is not None:  # a login or certificate refused while running (a rotated password): no retry repairs it
+        return SourceUnreachable(refused.message(settings.source.bootstrap_servers), cause=text, reason=refused.reason,
+                                 running=True)
     if text:
         log.error("the Spark query failed:\n%s", text)
     return PipelineStopped(f"the Spark query stopped: {str(exc).splitlines()[0][:800]}")

@@ -505,6 +505,7 @@ class AvroDecoder:
     :class:`applier.devtools.encoders.registry.InMemoryRegistry` in tests). ``verify_checksum`` (default true)
     recomputes ``_tidb_row_level_checksum`` and refuses a row that does not match; ``checksum_time_zone``
     (default "UTC") is TiCDC's time zone, in which it writes TIMESTAMP values (needed to hash them as UTC).
+    ``registry_ca``: a PEM file of the CA that signed an https registry's certificate (default: the system's CAs).
     """
 
     name = PROTOCOL
@@ -526,6 +527,7 @@ class AvroDecoder:
         enable_watermark: bool = False,
         registry_timeout: float = 10.0,
         registry_retries: int = 3,
+        registry_ca: str | None = None,
         verify_checksum: bool = True,
         checksum_time_zone: str = "UTC",
     ) -> None:
@@ -551,9 +553,10 @@ class AvroDecoder:
         self._auth = auth
         self._timeout = registry_timeout
         self._retries = registry_retries
+        self._registry_ca = registry_ca
         if registry is None and registry_url is not None:
             self._registry = RegistryClient(registry_url, auth=auth, timeout=registry_timeout,
-                                            retries=registry_retries)
+                                            retries=registry_retries, ca_file=registry_ca)
         self._schemas: dict[int, _Schema] = {}
         self._bad_schemas: dict[int, str] = {}
         self._columns: dict[tuple[int, int], tuple[tuple[Column, ...], frozenset[str]]] = {}
@@ -577,7 +580,8 @@ class AvroDecoder:
                     "the avro protocol needs a schema registry: pass registry_url= to the avro decoder or set "
                     "APPLIER_REGISTRY_URL (python -m applier.devtools.services start --only registry prints one)"
                 )
-            self._registry = RegistryClient(url, auth=self._auth, timeout=self._timeout, retries=self._retries)
+            self._registry = RegistryClient(url, auth=self._auth, timeout=self._timeout, retries=self._retries,
+                                            ca_file=self._registry_ca)
         return self._registry
 
     # -- internals ----------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import ssl
 import threading
 import urllib.error
@@ -194,7 +195,9 @@ class RegistryClient:
 
     ``timeout`` is per HTTP request (seconds). Transient failures (connection, timeout, 5xx, 429) are retried
     ``retries`` more times with exponential backoff starting at ``backoff`` seconds (capped at 5 s); 4xx
-    answers are never retried. ``ssl_context`` is passed to urllib for https (default: system trust store).
+    answers are never retried. ``ssl_context`` is passed to urllib for https (default: system trust store);
+    ``ca_file`` instead names a PEM file of the CA(s) to trust (the context is made at the first request, so the
+    client stays picklable: decoders travel to Spark's workers).
     """
 
     def __init__(
@@ -206,6 +209,7 @@ class RegistryClient:
         retries: int = 3,
         backoff: float = 0.25,
         ssl_context: ssl.SSLContext | None = None,
+        ca_file: str | None = None,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.url, url_auth = parse_registry_url(url)
@@ -222,7 +226,11 @@ class RegistryClient:
         self.timeout = float(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
+        if ca_file is not None and not os.path.isfile(ca_file):
+            raise ValueError(f"registry_ca: {ca_file} does not exist or is not a file (a PEM file of the CA that "
+                             "signed the registry's certificate)")
         self._ssl = ssl_context
+        self._ca_file = ca_file
         self._sleep = sleep
         self._by_id: dict[int, RegisteredSchema] = {}
         self._lock = threading.Lock()
@@ -230,7 +238,14 @@ class RegistryClient:
     def __getstate__(self) -> dict[str, Any]:  # picklable (e.g. shipped inside a decoder): no lock
         state = self.__dict__.copy()
         del state["_lock"]
+        if self._ca_file is not None:
+            state["_ssl"] = None  # made again from ca_file where it lands
         return state
+
+    def _context(self) -> ssl.SSLContext | None:
+        if self._ssl is None and self._ca_file is not None:
+            self._ssl = ssl.create_default_context(cafile=self._ca_file)
+        return self._ssl
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -351,7 +366,7 @@ class RegistryClient:
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         log.debug("schema registry %s: %s %s", self.url, method, path)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._context()) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
             try:

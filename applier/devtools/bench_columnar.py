@@ -42,6 +42,16 @@ the best of ``--repeat`` runs: the least disturbed by whatever else runs on the 
   string value is quoted, so a note 'NULL' stays text; ``--csv-null ''`` brings the mismatch back.) Raw bytes
   cannot go into the text file (``pyarrow.csv`` refuses a binary value that is not UTF-8, and LOAD DATA would
   read it in the file's character set), hence the hex.
+* ``sink`` (the product's writer, :meth:`applier.sinks.mysql.MySQLSink.upsert_rows`, on the same bench rows in
+  chunks of its ``batch_rows``, 5000; the rows adapted outside the timing, as ``Sink.write`` hands them over).
+  Today: executemany (an engine without local_infile). Columnar: the LOAD DATA path of
+  :mod:`applier.sinks.mysql_load` (an engine made by ``enable_local_infile``): its own text file, LOAD DATA into a
+  temporary stage, ``INSERT ... SELECT ... ON DUPLICATE KEY UPDATE``, ``DELETE`` of the stage. Both into an empty
+  table (inserts) and again over it with the rows' next version (updates), each table checked against the
+  generator's rows and the two tables against each other. Then the crossover that sets
+  :data:`applier.sinks.mysql_load.MIN_ROWS`: both paths at chunk sizes of :data:`SWEEP_SIZES` rows
+  (:data:`SWEEP_ROWS` rows each), the LOAD DATA path forced at every size. The load average is printed with it
+  (the server shares the machine: its work is in the wall time).
 
 The database figures are the client's CPU only: LOAD DATA and INSERT ... SELECT move work to the server, whose
 CPU is not in them (the wall time, also shown, includes it, on a shared machine). What is not measured: the
@@ -72,7 +82,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 from applier.devtools.bench_parts import _count, comma_choices
 from applier.devtools.bench_stream import BENCH_COLUMN_NAMES, BENCH_TYPES, bench_canonical, bench_row
 
-PARTS = ("decode", "gate", "pg", "mariadb")
+PARTS = ("decode", "gate", "pg", "mariadb", "sink")
+#: the ``sink`` part's crossover sweep: chunk sizes, and rows written at each
+SWEEP_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+SWEEP_ROWS = 10_240
 SCHEMA = "bench_columnar"
 KEY = "id"
 TOPIC = "bench-columnar"
@@ -1014,6 +1027,109 @@ def measure_mariadb(n: int, repeat: int, log: Log, csv_null: str = CSV_NULL) -> 
             "notes": notes}
 
 
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def measure_sink(n: int, repeat: int, log: Log) -> dict[str, Any]:
+    """The ``sink`` part (see the module docstring)."""
+    from sqlalchemy import create_engine
+
+    from applier.devtools.bench_live import service_urls
+    from applier.devtools.bench_stream import bench_table_ddl
+    from applier.dialect import dialect_for
+    from applier.sinks.mysql_load import MIN_ROWS, enable_local_infile
+
+    url = service_urls("mariadb")[1]
+    plain, fast = create_engine(url), create_engine(url)
+    enable_local_infile(fast)
+    cols = tuple(BENCH_COLUMN_NAMES)
+    figures: list[dict[str, Any]] = []
+    checks: dict[str, Any] = {}
+    load_before = _loadavg()
+    paths = (("today", "executemany", plain, "many"), ("columnar", "LOAD DATA path", fast, "load"))
+    try:
+        with plain.begin() as c:
+            c.exec_driver_sql(f"DROP DATABASE IF EXISTS `{SCHEMA}`")
+            c.exec_driver_sql(f"CREATE DATABASE `{SCHEMA}` CHARACTER SET utf8mb4")
+            for _, _, _, t in paths:
+                c.exec_driver_sql(f"CREATE TABLE `{SCHEMA}`.{bench_table_ddl(t)[len('CREATE TABLE '):]}")
+        dialect = dialect_for(plain)
+
+        def writer(engine: Any, table: str, min_rows: int) -> tuple[Any, Any]:
+            sink = dialect.writer(MARIADB_CHUNK)
+            sink.load_data.min_rows = min_rows
+            with engine.begin() as c:
+                sink.begin(c)
+                meta = sink.table(c, SCHEMA, table)
+            return sink, meta
+
+        def chunks(sink: Any, meta: Any, rows: Sequence[Mapping[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+            return [sink.adapt_rows(meta, cols, [dict(r) for r in rows[lo:lo + size]])
+                    for lo in range(0, len(rows), size)]
+
+        def upsert(engine: Any, sink: Any, meta: Any, parts: list[list[dict[str, Any]]]) -> Callable[[], None]:
+            def run() -> None:
+                with engine.begin() as c:
+                    sink.begin(c)
+                    for part in parts:
+                        sink.upsert_rows(c, meta, cols, part)
+            return run
+
+        def truncate(engine: Any, table: str, then: Callable[[], None] | None = None) -> Callable[[], None]:
+            def run() -> None:
+                with engine.begin() as c:
+                    c.exec_driver_sql(f"TRUNCATE `{SCHEMA}`.`{table}`")
+                if then is not None:
+                    then()
+            return run
+
+        v1, v2 = bench_rows(n), bench_rows(n, version=2)
+        for side, label, engine, table in paths:
+            log(f"  sink: {label}, {n:,} rows ...")
+            sink, meta = writer(engine, table, MIN_ROWS)
+            inserts = upsert(engine, sink, meta, chunks(sink, meta, v1, MARIADB_CHUNK))
+            t_ins, _ = best_of(inserts, repeat, setup=truncate(engine, table))
+            t_upd, _ = best_of(upsert(engine, sink, meta, chunks(sink, meta, v2, MARIADB_CHUNK)), repeat,
+                               setup=truncate(engine, table, inserts))
+            figures.append(figure(side, f"{label}: inserts, chunks of {MARIADB_CHUNK}", t_ins, n, "row", wall=True))
+            figures.append(figure(side, f"{label}: updates, chunks of {MARIADB_CHUNK}", t_upd, n, "row",
+                                  total=False, wall=True))
+            if side == "columnar" and sink.load_data.stats.loaded_rows == 0:
+                checks["LOAD DATA path used"] = {"ok": False, "detail": f"{sink.load_data.stats}"}
+        with plain.connect() as c:
+            got = {t: [dict(r._mapping) for r in c.exec_driver_sql(f"SELECT * FROM `{SCHEMA}`.`{t}` ORDER BY id")]
+                   for _, _, _, t in paths}
+        for _, label, _, t in paths:
+            checks[label] = _rows_check(got[t], v2)
+        checks["both paths"] = {"ok": got["many"] == got["load"], "detail": "SELECT * of the two tables"}
+        sweep_rows = bench_rows(min(n, SWEEP_ROWS))
+        for size in SWEEP_SIZES:
+            log(f"  sink: chunks of {size} ...")
+            for side, label, engine, table in paths:
+                sink, meta = writer(engine, table, 1)
+                t, _ = best_of(upsert(engine, sink, meta, chunks(sink, meta, sweep_rows, size)), repeat,
+                               setup=truncate(engine, table))
+                figures.append(figure(side, f"{label}: chunks of {size}", t, len(sweep_rows), "row", total=False,
+                                      wall=True))
+    finally:
+        try:
+            with plain.begin() as c:
+                c.exec_driver_sql(f"DROP DATABASE IF EXISTS `{SCHEMA}`")
+        finally:
+            plain.dispose()
+            fast.dispose()
+    return {"title": f"MySQLSink.upsert_rows, {n:,} bench rows into MariaDB", "figures": figures, "checks": checks,
+            "notes": ["client CPU only (time.process_time of this process); the server's work is in the wall time",
+                      f"load average (1, 5, 15 min) before: {load_before}, after: {_loadavg()}",
+                      f"the product sends chunks of {MIN_ROWS} rows or more through LOAD DATA (MIN_ROWS); the "
+                      "sweep forces it at every size"]}
+
+
 def part_ok(part: Mapping[str, Any]) -> bool:
     """A part ran and every one of its checks passed."""
     if "error" in part:
@@ -1032,6 +1148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gate": lambda: measure_gate(a.rows, a.repeat, a.seed, log),
         "pg": lambda: measure_pg(a.rows, a.repeat, log),
         "mariadb": lambda: measure_mariadb(a.rows, a.repeat, log, a.csv_null),
+        "sink": lambda: measure_sink(a.rows, a.repeat, log),
     }
     parts: dict[str, Any] = {}
     for name in a.only:

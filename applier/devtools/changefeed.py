@@ -63,7 +63,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition, TableSchema
 
@@ -509,9 +509,11 @@ def generate(protocol: str, *, partitions: int = 3, txns: int = 300, seed: int =
 
 
 def produce(bootstrap: str, topic: str | None, messages: Iterable[Message], *,
-            partitions: int, create: bool = True, on_progress: Callable[[int], None] | None = None) -> int:
+            partitions: int, create: bool = True, on_progress: Callable[[int], None] | None = None,
+            client: Mapping[str, Any] | None = None) -> int:
     """Write messages with their partitions, creating their topics first (``partitions`` each; an existing
-    topic is fine). Returns the count.
+    topic is fine). Returns the count. ``client``: librdkafka settings added to the producer's and the admin
+    client's (a secured broker's login and trust: applier.devtools.services.kafka.Broker.client_config).
 
     A message is (partition, key, value) for ``topic``, or (partition, key, value, topic) naming its own topic
     (avro's one topic per table; ``topic`` may then be None). ``topic`` is created up front, a message's own
@@ -521,7 +523,8 @@ def produce(bootstrap: str, topic: str | None, messages: Iterable[Message], *,
 
     # log_level 3: librdkafka's errors only (not its notes such as an idempotent producer's "Coordinator load in
     # progress: retrying" on a fresh broker)
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}) if create else None
+    extra = {k: v for k, v in (client or {}).items() if k != "bootstrap.servers"}
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3, **extra}) if create else None
     known: set[str] = set()
 
     def ensure(name: str) -> None:
@@ -538,7 +541,7 @@ def produce(bootstrap: str, topic: str | None, messages: Iterable[Message], *,
     if topic is not None:
         ensure(topic)
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
-                     "compression.type": "lz4", "message.max.bytes": 10_000_000, "log_level": 3})
+                     "compression.type": "lz4", "message.max.bytes": 10_000_000, "log_level": 3, **extra})
     n = 0
     for msg in messages:
         if len(msg) > 3:

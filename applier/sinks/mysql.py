@@ -2,7 +2,11 @@
 
 Upserts are ``INSERT ... ON DUPLICATE KEY UPDATE col = VALUES(col)`` (MariaDB rejects MySQL 8.0.20's row
 alias; MySQL 8 still accepts VALUES()), built once per table and column set and handed to the driver's
-executemany, which PyMySQL rewrites into multi-row INSERTs.
+executemany, which PyMySQL rewrites into multi-row INSERTs. With ``[target] load_data`` (an engine made by
+:func:`applier.sinks.mysql_load.enable_local_infile` and a server that allows ``local_infile``), a chunk of
+:data:`~applier.sinks.mysql_load.MIN_ROWS` rows or more goes through ``LOAD DATA LOCAL INFILE`` into a temporary
+staging table and one ``INSERT ... SELECT`` of the same shape instead (:mod:`applier.sinks.mysql_load`), falling
+back to executemany for any chunk it cannot write exactly.
 Deletes are ``DELETE ... WHERE key IN (...)`` per chunk. DDL is not transactional here: the applier records a
 DDL as started before running it, and on a replay the errors listed in
 ``applier.dialect.MYSQL_REPLAY_NOOP_ERRORS`` mean the statement had already taken effect.
@@ -46,6 +50,7 @@ from sqlalchemy.engine import Connection
 from applier.mysql_values import float32, format_time
 from applier.sinks.adapt import acts_on
 from applier.sinks.base import Sink
+from applier.sinks.mysql_load import ALLOWED_KEY, LoadDataUpserter, guarded
 from applier.sinks.table import TableMeta, build_meta, missing_table
 from applier.modes import (
     COMMIT_TS, DELETED, DELETED_AT, VALID_FROM, VALID_TO, HistoryPlan, SoftDeletePlan, TableShape, UniqueIndex,
@@ -54,11 +59,17 @@ from applier.modes import (
 from applier.sinks.plan import group_columns
 
 class MySQLSink(Sink):
-    def __init__(self, batch_rows: int = 5000, **kw: Any) -> None:
+    def __init__(self, batch_rows: int = 5000, *, transient: Callable[[BaseException], bool] | None = None,
+                 **kw: Any) -> None:
+        """``transient`` is the dialect's judgement of a statement error (a fault that passes, which the LOAD DATA
+        path raises rather than falls back on)."""
         super().__init__(batch_rows, **kw)
         self._sql: dict[tuple[Any, ...], str] = {}
+        self.load_data = LoadDataUpserter(transient)
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+        if self.load_data.usable(conn, len(rows)) and self.load_data.upsert(conn, meta, cols, rows):
+            return
         ck = (id(meta.table), cols)
         sql = self._sql.get(ck)
         if sql is None:
@@ -133,11 +144,17 @@ class MySQLSink(Sink):
 
     def begin(self, conn: Connection) -> None:
         """Prepare the session once per DBAPI connection (the pool's ``info`` lives as long as the connection
-        and is cleared when it is replaced)."""
+        and is cleared when it is replaced). A connection made for LOAD DATA (:mod:`applier.sinks.mysql_load`)
+        also reads whether the server allows ``local_infile``, in the same statement."""
         info = conn.connection.info
         if info.get(_SESSION_READY):
             return
-        mode = conn.exec_driver_sql("SELECT @@SESSION.sql_mode").scalar() or ""
+        if guarded(conn) is not None:
+            row = conn.exec_driver_sql("SELECT @@SESSION.sql_mode, @@GLOBAL.local_infile").one()
+            mode = row[0] or ""
+            info[ALLOWED_KEY] = bool(int(row[1] or 0))
+        else:
+            mode = conn.exec_driver_sql("SELECT @@SESSION.sql_mode").scalar() or ""
         kept = session_sql_mode(mode)
         if kept != mode:
             conn.exec_driver_sql("SET SESSION time_zone = '+00:00', SESSION sql_mode = %s", (kept,))

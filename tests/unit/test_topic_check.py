@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 
 from applier.config import parse_config
-from applier.pipeline import check_topics_exist, librdkafka_security
+from applier.kafka_security import librdkafka_security
+from applier.pipeline import check_kafka_access
 
 
 def test_plain_and_scram_logins_and_pem_trust_stores_map() -> None:
@@ -32,13 +33,15 @@ def test_settings_without_a_librdkafka_form_skip_the_check() -> None:
         assert librdkafka_security(kafka) is None, kafka
 
 
-def test_the_check_is_skipped_with_a_note_when_the_settings_cannot_be_mapped(caplog) -> None:
+def test_the_check_is_skipped_with_a_note_when_the_settings_cannot_be_mapped(caplog, tmp_path) -> None:
+    jks = tmp_path / "trust.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))  # a JKS store (its magic): Java reads it, librdkafka cannot
     settings = parse_config({
         "pipeline": {"name": "p", "checkpoint_dir": "/tmp/x"},
         "source": {"bootstrap_servers": "127.0.0.1:1", "topics": ["t"], "protocol": "open",
-                   "kafka": {"security.protocol": "SSL", "ssl.truststore.location": "/etc/trust.jks"}},
+                   "kafka": {"security.protocol": "SSL", "ssl.truststore.location": str(jks)}},
         "target": {"url": "mysql+pymysql://u@127.0.0.1:1/d"},
     })
     with caplog.at_level(logging.INFO, logger="applier.pipeline"):
-        check_topics_exist(settings)  # returns at once: no broker is asked
+        check_kafka_access(settings)  # returns at once: no broker is asked
     assert "checked once Spark has started" in caplog.text

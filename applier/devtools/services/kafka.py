@@ -13,13 +13,17 @@ create their topics explicitly), replication factor and min ISR 1 for the intern
 
 ``Broker(port, home)`` is a second, private broker on another port with everything under ``home``, started and
 stopped by its owner: for a test that stops a broker (tests/e2e/test_kafka_outage.py) while others use this one.
+``Broker(port, home, security=SaslSsl(...))`` makes it a secured one: its client listener speaks SASL_SSL with
+SCRAM-SHA-512 users created when its storage is formatted, and a PEM certificate (tests/e2e/test_secure.py).
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 from applier.jars import SCALA_SUFFIX, jars_home, resolve
 from applier.devtools.services.common import (
@@ -85,19 +89,95 @@ def data_dir(client_port: int | None = None) -> Path:
     return kafka_dir() / "data" / f"p{client_port or port(NAME)}"
 
 
-def server_properties(client_port: int, controller_port: int, data: Path, host: str = HOST) -> str:
+@dataclass(frozen=True)
+class SaslSsl:
+    """A broker's secured client listener: SASL_SSL with SCRAM-SHA-512.
+
+    ``keystore``: PEM file with the broker's private key and certificate chain (``ssl.keystore.type=PEM``);
+    ``ca``: the PEM CA the broker trusts when it connects to itself (inter-broker, as ``admin``);
+    ``users``: SCRAM-SHA-512 user -> password, created when the storage is formatted (``--add-scram``), and
+    ``admin`` among them; ``other_keystore``: a second SASL_SSL listener (``OTHERHOST``, on ``other_port``) whose
+    certificate is made for another host name, for the tests of a certificate that does not name the host."""
+
+    keystore: Path
+    ca: Path
+    users: Mapping[str, str] = field(default_factory=dict)
+    admin: str = "admin"
+    other_keystore: Path | None = None
+    other_port: int | None = None
+
+    def scram_args(self) -> list[str]:
+        """StorageTool's --add-scram arguments (names and passwords of [A-Za-z0-9._-] only: its syntax has no
+        escapes we rely on)."""
+        out = []
+        for name, password in self.users.items():
+            for part in (name, password):
+                if not part or not all(c.isalnum() or c in "._-" for c in part):
+                    raise ServicesError(f"SCRAM user {name!r}: use letters, digits, '.', '_' and '-' only")
+            out += ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]"]
+        return out
+
+    def client_config(self, user: str | None = None) -> dict[str, Any]:
+        """librdkafka settings that log in as ``user`` (default: the admin) and trust ``ca``."""
+        user = user or self.admin
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": self.users[user], "ssl.ca.location": str(self.ca)}
+
+
+def _jaas(user: str | None = None, password: str | None = None) -> str:
+    login = f' username="{user}" password="{password}"' if user else ""
+    return f"org.apache.kafka.common.security.scram.ScramLoginModule required{login};"
+
+
+def _security_properties(host: str, client_port: int, controller_port: int, sec: SaslSsl) -> str:
+    listeners = [f"SASL_SSL://{host}:{client_port}"]
+    protocols = ["CONTROLLER:PLAINTEXT", "SASL_SSL:SASL_SSL"]
+    extra = []
+    if sec.other_keystore is not None:
+        other = sec.other_port or client_port + 2
+        listeners.append(f"OTHERHOST://{host}:{other}")
+        protocols.append("OTHERHOST:SASL_SSL")
+        extra = [f"listener.name.otherhost.ssl.keystore.type=PEM",
+                 f"listener.name.otherhost.ssl.keystore.location={sec.other_keystore}",
+                 f"listener.name.otherhost.scram-sha-512.sasl.jaas.config={_jaas()}"]
+    lines = [
+        f"listeners={','.join(listeners)},CONTROLLER://{host}:{controller_port}",
+        f"advertised.listeners={','.join(listeners)}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=SASL_SSL",
+        f"listener.security.protocol.map={','.join(protocols)}",
+        "sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+        f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={_jaas(sec.admin, sec.users[sec.admin])}",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={sec.keystore}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={sec.ca}",
+        "ssl.client.auth=none",
+        *extra,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def server_properties(client_port: int, controller_port: int, data: Path, host: str = HOST,
+                      security: SaslSsl | None = None) -> str:
     """The broker's server.properties (pure: unit-tested)."""
-    return f"""\
-# single-node KRaft broker+controller for tests (written by applier.devtools.services.kafka)
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers={host}:{controller_port}
+    if security is None:
+        listeners = f"""\
 listeners=PLAINTEXT://{host}:{client_port},CONTROLLER://{host}:{controller_port}
 advertised.listeners=PLAINTEXT://{host}:{client_port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
+"""
+    else:
+        listeners = _security_properties(host, client_port, controller_port, security)
+    return f"""\
+# single-node KRaft broker+controller for tests (written by applier.devtools.services.kafka)
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers={host}:{controller_port}
+{listeners}log.dirs={data}
 metadata.log.dir={data}
 num.partitions=3
 default.replication.factor=1
@@ -145,7 +225,7 @@ def _write_config() -> tuple[Path, Path, Path]:
 
 
 def _format_storage(props: Path, log4j: Path, classpath: Path, data: Path | None = None,
-                    logs: Path | None = None) -> None:
+                    logs: Path | None = None, extra: list[str] | None = None) -> None:
     data = data or data_dir()
     if (data / "meta.properties").exists():
         return
@@ -155,23 +235,27 @@ def _format_storage(props: Path, log4j: Path, classpath: Path, data: Path | None
     if not cluster_id:
         raise ServicesError(f"kafka StorageTool random-uuid failed:\n{r.stdout}{r.stderr}")
     r = subprocess.run(
-        [*base, "format", "--standalone", "-t", cluster_id, "-c", str(props)],
+        [*base, "format", "--standalone", "-t", cluster_id, "-c", str(props), *(extra or [])],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
     )
     if r.returncode != 0 or not (data / "meta.properties").exists():
-        raise ServicesError(f"kafka StorageTool format failed:\n{r.stdout}{r.stderr}")
+        out = f"{r.stdout}{r.stderr}"
+        for arg in extra or []:  # never echo a SCRAM password
+            out = out.replace(arg, "--add-scram ***")
+        raise ServicesError(f"kafka StorageTool format failed:\n{out}")
 
 
-def metadata_ready(bootstrap: str, timeout: float = 3.0) -> bool:
-    """True once the broker answers a metadata request and lists itself."""
+def metadata_ready(bootstrap: str, timeout: float = 3.0, conf: Mapping[str, Any] | None = None) -> bool:
+    """True once the broker answers a metadata request and lists itself (``conf``: a client's login settings)."""
     try:
         from confluent_kafka.admin import AdminClient
     except ImportError:  # no client library: fall back to TCP
         host, _, p = bootstrap.rpartition(":")
         return port_open(int(p), host)
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000)})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000), "log_level": 3,
+                         **(conf or {})})
     md = admin.list_topics(timeout=timeout)
     return bool(md.brokers)
 
@@ -236,11 +320,27 @@ class Broker:
             broker.stop(); broker.start()                    # an outage
     """
 
-    def __init__(self, client_port: int, home: Path, controller_port: int | None = None) -> None:
+    def __init__(self, client_port: int, home: Path, controller_port: int | None = None, *,
+                 security: SaslSsl | None = None) -> None:
         self.port = client_port
         self.controller_port = controller_port or client_port + 1
         self.home = Path(home)
+        self.security = security
         self._proc: subprocess.Popen | None = None
+
+    def client_config(self, user: str | None = None) -> dict[str, Any]:
+        """librdkafka settings for this broker: bootstrap servers, and a secured broker's login (``user``, default
+        its admin) and trust."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+        if self.security is not None:
+            conf.update(self.security.client_config(user))
+        return conf
+
+    def _ports(self) -> list[int]:
+        ports = [self.port, self.controller_port]
+        if self.security is not None and self.security.other_keystore is not None:
+            ports.append(self.security.other_port or self.port + 2)
+        return ports
 
     @property
     def bootstrap(self) -> str:
@@ -257,7 +357,7 @@ class Broker:
         """Start the broker (formatting its data the first time) and wait until it answers metadata requests."""
         if self.running():
             return
-        for p in (self.port, self.controller_port):
+        for p in self._ports():
             if port_open(p):
                 raise ServicesError(f"kafka broker in {self.home}: port {p} is taken by another process")
         data = self.home / "data"
@@ -265,10 +365,12 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         classpath = Path(kafka_broker_classpath())
         props = self.home / "server.properties"
-        props.write_text(server_properties(self.port, self.controller_port, data))
+        props.touch(mode=0o600)  # a secured broker's holds its admin password
+        props.write_text(server_properties(self.port, self.controller_port, data, security=self.security))
         log4j = self.home / "log4j2.properties"
         log4j.write_text(LOG4J2)
-        _format_storage(props, log4j, classpath, data, self.logs)
+        _format_storage(props, log4j, classpath, data, self.logs,
+                        self.security.scram_args() if self.security is not None else None)
         argv = [_java(), *_jvm_opts(self.logs, log4j), "-cp", str(classpath), "kafka.Kafka", str(props)]
         with open(self.logs / "kafka.out", "ab") as out:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -277,7 +379,9 @@ class Broker:
         _CHILDREN[proc.pid] = proc  # pid_alive() (wait_until) reaps it through the Popen
         try:
             wait_until(f"kafka at {self.bootstrap} ({self.home})",
-                       lambda: port_open(self.port) and metadata_ready(self.bootstrap),
+                       lambda: port_open(self.port) and metadata_ready(
+                           self.bootstrap, conf={k: v for k, v in self.client_config().items()
+                                                 if k != "bootstrap.servers"}),
                        timeout=timeout, pid=proc.pid, log=[self.logs / "kafka.out", self.logs / "kafka-server.log"])
         except ServicesError:
             self.stop(timeout=10)
@@ -306,7 +410,7 @@ class Broker:
         self.stop()
 
 
-__all__ = ["Broker", "start", "stop", "status", "server_properties", "metadata_ready", "reset_data"]
+__all__ = ["Broker", "SaslSsl", "start", "stop", "status", "server_properties", "metadata_ready", "reset_data"]
 
 
 KAFKA_VERSION = "4.3.0"
