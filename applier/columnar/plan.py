@@ -8,7 +8,7 @@ for each image column ``c`` (``names``, the upstream columns: every row of a win
 delete: no after; update: both).
 
 plan_batch walks the changes one by one; here each change becomes up to three *actions* at a sequence number
-``3 * row + sub`` that keeps plan_batch's order, and every rule is one vectorized step over the actions:
+``3 * row + sub`` that keeps plan_batch's order:
 
 * ``R`` (sub 0), a removal of a key: a delete's key, or the old key of an update whose key changed (the before
   and after key's group ids differ). It puts the key in the deletes and, unless ``written_at`` says otherwise,
@@ -18,15 +18,19 @@ plan_batch walks the changes one by one; here each change becomes up to three *a
 * ``W`` (sub 2), an insert's or update's after image: the key's final state is that row.
 
 Keys become dense group ids (one ``dictionary_encode`` per key column over both images, nulls encoded as one
-value like Python's ``None``; compound keys combined column by column). One sort of the actions by (key id,
-sequence) then gives every per-key rule at once:
+value like Python's ``None``; a compound key's column ids combined and encoded again). Then each rule is a
+per-key reduction (``np.minimum.at`` / ``np.maximum.at`` into an array indexed by key id) or a scan:
 
-* deletes = the first R or U of each key, ordered by sequence (plan_batch's ``must_delete`` dict keeps first
+* deletes = the first R or U of each key, in sequence order (plan_batch's ``must_delete`` dict keeps first
   insertion order, and the first insertion's key object: the key values are taken from that action's image);
-* the ``written_at`` rule: an R is ineffective when the last W of its key before it has the R's commit ts
-  (a forward fill of the W positions within each key run);
-* upserts = per key, the last effective R or W (``final.pop(k); final[k] = ...`` moves a key to the end), kept
-  where that is a W, ordered by sequence; the row is that change's after image, writable target columns only.
+* the ``written_at`` rule: an R is ineffective when the last W of its key before it has the R's commit ts. Only
+  the keys that have an R are sorted by (key id, sequence); a forward fill of the W positions within each key
+  run finds that W;
+* upserts = per key, the last W or effective R (``final.pop(k); final[k] = ...`` moves a key to the end), kept
+  where that is a W, in sequence order; the row is that change's after image, writable target columns only.
+
+Sequence order costs no sort: the chosen sequence numbers are marked in a boolean array of ``3 * rows`` and read
+back with ``flatnonzero``.
 
 Where Arrow's equality is not Python's, the window is refused (or normalized) rather than planned differently:
 ``-0.0`` and ``0.0`` are one key (floats are grouped after adding ``0.0``); NaN never equals itself in Python
@@ -81,7 +85,7 @@ def plan_arrow(meta: TableMeta, rows: pa.Table, names: tuple[str, ...]) -> Arrow
         raise NotColumnar(f"key column(s) {missing} of {meta.display} are not in the row images")
     # the columns the target lacks: plan_batch refuses them in an insert's or update's row
     unknown = [c for c in names if c not in meta.writable and c not in meta.columns]
-    cols_out = list(names)
+    cols_out = [c for c in names if c in meta.writable]
     if n == 0:
         return ArrowPlan(_empty(rows, key, "b:"), _empty(rows, tuple(cols_out), "a:"), 0)
 
@@ -102,54 +106,66 @@ def plan_arrow(meta: TableMeta, rows: pa.Table, names: tuple[str, ...]) -> Arrow
 
     both = {c: _both(rows, c) for c in _compared_columns(meta, names)}  # b: then a:, 2n values
     for c, arr in both.items():
-        _check_equality(c, arr)
-
+        if not any(f(arr.type) for f in _GROUPABLE):
+            raise NotColumnar(f"column {c!r} of type {arr.type} is not compared here")
     # dense key ids over both images: [0, n) the before keys, [n, 2n) the after keys
-    ids = _group_ids([_groupable(both[c]) for c in key])
+    dense = []
+    for c in key:
+        ids, size, distinct = _dense(_groupable(both[c]))
+        _check_equality(c, distinct)
+        dense.append((ids, size))
+    for c in both:
+        if c not in key:
+            _check_equality(c, both[c])
+    ids, groups = _group_ids(dense)
     kb, ka = ids[:n], ids[n:]
 
-    # the actions
+    # the actions: kind R, U or W at sequence 3 * row + kind
     rows_idx = np.arange(n, dtype=np.int64)
-    r_mask = is_del | (is_upd & (kb != ka))
-    u_mask = is_upd & _unique_changed(meta, names, both, n, is_upd)
-    w_mask = has_after
-    r_rows, u_rows, w_rows = rows_idx[r_mask], rows_idx[u_mask], rows_idx[w_mask]
-    act_key = np.concatenate((kb[r_rows], ka[u_rows], ka[w_rows]))
-    act_seq = np.concatenate((3 * r_rows + _R, 3 * u_rows + _U, 3 * w_rows + _W))
-    act_kind = act_seq % 3
-    # image positions into the 2n key values: an R takes its key from the before image, U and W from the after
-    act_img = np.concatenate((r_rows, n + u_rows, n + w_rows))
+    r_rows = rows_idx[is_del | (is_upd & (kb != ka))]
+    u_rows = rows_idx[is_upd & _unique_changed(meta, names, both, n, is_upd)]
+    w_rows = rows_idx[has_after]
+    r_key, u_key, w_key = kb[r_rows], ka[u_rows], ka[w_rows]
+    r_seq, u_seq, w_seq = 3 * r_rows + _R, 3 * u_rows + _U, 3 * w_rows + _W
+    span = 3 * n
 
-    order = np.argsort(act_key * (3 * n) + act_seq)  # (key, sequence): each value is distinct
-    k_s, seq_s, kind_s, img_s = act_key[order], act_seq[order], act_kind[order], act_img[order]
-    m = len(k_s)
-    pos = np.arange(m, dtype=np.int64)
-    run_start = np.ones(m, dtype=bool)
-    run_start[1:] = k_s[1:] != k_s[:-1]
+    # deletes: the first R or U of each key, in sequence order (its key values from its own image)
+    first = np.full(groups, span, dtype=np.int64)
+    np.minimum.at(first, r_key, r_seq)
+    np.minimum.at(first, u_key, u_seq)
+    del_seq = _in_order(first[first < span], span)
+    del_img = del_seq // 3 + n * (del_seq % 3 == _U)
 
-    # deletes: the first R or U of each key, in sequence order
-    is_ru = kind_s != _W
-    ru_k, ru_seq, ru_img = k_s[is_ru], seq_s[is_ru], img_s[is_ru]
-    first = np.ones(len(ru_k), dtype=bool)
-    first[1:] = ru_k[1:] != ru_k[:-1]
-    del_img = ru_img[first][np.argsort(ru_seq[first], kind="stable")]
+    # written_at: an R is ineffective when its key's last W before it has the R's commit ts. Only keys with an R
+    # need the sort by (key, sequence) that finds that W.
+    effective_r = np.ones(len(r_rows), dtype=bool)
+    if len(r_rows):
+        has_r = np.zeros(groups, dtype=bool)
+        has_r[r_key] = True
+        w_sub = has_r[w_key]
+        a_key = np.concatenate((r_key, w_key[w_sub]))
+        a_seq = np.concatenate((r_seq, w_seq[w_sub]))
+        order = np.argsort(a_key * span + a_seq)  # (key, sequence): every value distinct
+        k_s, seq_s = a_key[order], a_seq[order]
+        m = len(order)
+        pos = np.arange(m, dtype=np.int64)
+        is_w = seq_s % 3 == _W
+        run_start = np.ones(m, dtype=bool)
+        run_start[1:] = k_s[1:] != k_s[:-1]
+        last_w = np.maximum.accumulate(np.where(is_w, pos, -1))
+        start_of = np.maximum.accumulate(np.where(run_start, pos, 0))
+        prior = ~is_w & (last_w >= start_of)
+        blocked = np.zeros(m, dtype=bool)
+        blocked[prior] = ts[seq_s[last_w[prior]] // 3] == ts[seq_s[prior] // 3]
+        is_r = order < len(r_rows)  # the R actions came first in a_key
+        effective_r[order[is_r]] = ~blocked[is_r]
 
-    # written_at: an R is ineffective when its key's last W before it has the R's commit ts
-    is_w = kind_s == _W
-    last_w = np.maximum.accumulate(np.where(is_w, pos, -1))
-    start_of = np.maximum.accumulate(np.where(run_start, pos, 0))
-    prior_w = (last_w >= start_of) & ~is_w
-    act_ts = ts[seq_s // 3]
-    blocked = np.zeros(m, dtype=bool)
-    blocked[prior_w] = act_ts[last_w[prior_w]] == act_ts[prior_w]
-    effective = is_w | ((kind_s == _R) & ~blocked)
-
-    # upserts: per key, the last effective action; kept where it is a W, in sequence order
-    e_k, e_seq, e_w = k_s[effective], seq_s[effective], is_w[effective]
-    last = np.ones(len(e_k), dtype=bool)
-    last[:-1] = e_k[:-1] != e_k[1:]
-    keep = last & e_w
-    up_rows = np.sort(e_seq[keep]) // 3
+    # upserts: per key, the last W or effective R; kept where it is a W, in sequence order
+    last = np.full(groups, -1, dtype=np.int64)
+    np.maximum.at(last, w_key, w_seq)
+    np.maximum.at(last, r_key[effective_r], r_seq[effective_r])
+    last = last[last >= 0]
+    up_rows = _in_order(last[last % 3 == _W], span) // 3
 
     deletes = pa.table([both[c].take(pa.array(del_img)) for c in key], names=list(key))
     upserts = pa.table([_column(rows, "a:" + c).take(pa.array(up_rows)) for c in cols_out], names=cols_out)
@@ -248,26 +264,25 @@ _GROUPABLE = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.
               pa.types.is_null)
 
 
-def _check_equality(c: str, arr: pa.ChunkedArray) -> None:
-    """Refuse a key or unique column whose Arrow equality could differ from its Python values' equality."""
-    t = arr.type
-    if not any(f(t) for f in _GROUPABLE):
-        raise NotColumnar(f"column {c!r} of type {t} is not grouped here")
+def _check_equality(c: str, values: pa.Array | pa.ChunkedArray) -> None:
+    """Refuse a key or unique column whose Arrow equality could differ from its Python values' equality
+    (``values``: the column's values, or its distinct values)."""
+    t = values.type
     if pa.types.is_floating(t):
-        if pc.any(pc.is_nan(arr)).as_py():
+        if pc.any(pc.is_nan(values)).as_py():
             raise NotColumnar(f"column {c!r} holds NaN, which Python never finds equal to itself")
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        _check_decimal_text(c, arr)
+        _check_decimal_text(c, pc.unique(values) if isinstance(values, pa.ChunkedArray) else values)
 
 
-def _check_decimal_text(c: str, arr: pa.ChunkedArray) -> None:
+def _check_decimal_text(c: str, arr: pa.Array) -> None:
     """A string column may hold decimals as text (``kinds``), whose Python values (Decimal) are equal when the
     numbers are: "1.5" == "1.50", "-0" == "0", "01" == "1". Text equality is exact only when no two distinct
-    texts of the column are equal as numbers; otherwise the window is refused."""
+    texts of the column are equal as numbers; otherwise the window is refused. ``arr``: the distinct values."""
     dec = pc.match_substring_regex(arr, _DECIMAL_RE)
     if not pc.any(dec).as_py():
         return
-    texts = pc.unique(arr.filter(dec))
+    texts = arr.filter(dec)  # distinct already
     # canonical text: no trailing fraction zeros, no leading zeros, no negative zero
     canon = pc.replace_substring_regex(texts, r"^(-?[0-9]+\.[0-9]*?)0+$", r"\1")
     canon = pc.replace_substring_regex(canon, r"^(-?[0-9]+)\.$", r"\1")
@@ -284,30 +299,47 @@ def _groupable(arr: pa.ChunkedArray) -> pa.ChunkedArray:
     return arr
 
 
-def _dense(arr: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
-    """Per value, the id of its distinct value (nulls one value), and how many there are."""
+def _dense(arr: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int, pa.Array]:
+    """Per value, the id of its distinct value (nulls are one value, as None is), how many ids there are (some
+    may be unused), and the distinct values (empty for integers: nothing to check in them)."""
     if pa.types.is_null(arr.type):
-        return np.zeros(len(arr), dtype=np.int64), 1
+        return np.zeros(len(arr), dtype=np.int64), 1, pa.nulls(1)
+    if pa.types.is_integer(arr.type) and len(arr):
+        bounds = pc.min_max(arr)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        if lo is not None and hi - lo < 2 * len(arr):  # a dense range: the value's offset is its id, no hashing
+            span = hi - lo + 1
+            offsets = pc.subtract(arr, pa.scalar(lo, arr.type)).cast(pa.int64())
+            if arr.null_count:  # NULL: one more id
+                return pc.fill_null(offsets, span).to_numpy(), span + 1, pa.array([], arr.type)
+            return offsets.to_numpy(), span, pa.array([], arr.type)
     enc = pc.dictionary_encode(arr, null_encoding="encode")
     if isinstance(enc, pa.ChunkedArray):
         chunks = enc.chunks
         if not chunks:
-            return np.zeros(0, dtype=np.int64), 0
-        size = len(chunks[-1].dictionary)  # every chunk's dictionary is a prefix of the last one's
+            return np.zeros(0, dtype=np.int64), 0, pa.array([], arr.type)
+        distinct = chunks[-1].dictionary  # every chunk's dictionary is a prefix of the last one's
         ids = np.concatenate([ch.indices.to_numpy(zero_copy_only=False) for ch in chunks])
     else:
-        size = len(enc.dictionary)
+        distinct = enc.dictionary
         ids = enc.indices.to_numpy(zero_copy_only=False)
-    return ids.astype(np.int64, copy=False), size
+    return ids.astype(np.int64, copy=False), len(distinct), distinct
 
 
-def _group_ids(columns: list[pa.ChunkedArray]) -> np.ndarray:
-    """Dense ids of the value tuples of ``columns`` (a compound key), equal exactly where the tuples are."""
-    ids, size = _dense(columns[0])
-    for col in columns[1:]:
-        more, msize = _dense(col)
-        ids, size = _dense(pa.array(ids * msize + more))
-    return ids
+def _group_ids(columns: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, int]:
+    """Dense ids of the value tuples of a compound key, from its columns' ids (equal exactly where the tuples are),
+    and how many there are."""
+    ids, size = columns[0]
+    for more, msize in columns[1:]:
+        ids, size, _ = _dense(pa.array(ids * msize + more))
+    return ids, size
+
+
+def _in_order(seqs: np.ndarray, span: int) -> np.ndarray:
+    """Distinct sequence numbers below ``span``, sorted (a mark per number: no sort)."""
+    marks = np.zeros(span, dtype=bool)
+    marks[seqs] = True
+    return np.flatnonzero(marks)
 
 
 def _unique_changed(meta: TableMeta, names: tuple[str, ...], both: dict[str, pa.ChunkedArray], n: int,
@@ -323,6 +355,8 @@ def _unique_changed(meta: TableMeta, names: tuple[str, ...], both: dict[str, pa.
             if c not in names:
                 continue
             arr = both[c]
+            if pa.types.is_null(arr.type):  # NULL in both images of every row: never different
+                continue
             b, a = arr.slice(0, n), arr.slice(n)
             differ = pc.fill_null(pc.not_equal(b, a), pc.xor(pc.is_null(b), pc.is_null(a)))
             out |= differ.to_numpy(zero_copy_only=False)
