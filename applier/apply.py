@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
+import pyarrow.compute as pc
 from sqlalchemy.engine import Connection, Engine, Transaction
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL
@@ -151,18 +152,19 @@ class Applier:
                 chunk: list[RowChange] = []
                 evolving = self.schema_evolution != "none"
                 ready = self._shape_ready
-                source, lane = self._lane(rel)
-                for ev in source:
+                for ev in self._lane_source(conn, rel, progress, stats):
                     if isinstance(ev, DDL):
                         tx = self._between(conn, tx, ev, chunk, progress, rel, stats)
-                        chunk, progress = [], {}
+                        chunk = []
+                        progress.clear()  # saved with the segment; the same dict goes on (the lane writes into it)
                         ready.clear()  # a DDL may have changed any table's shape
                         continue
                     if evolving and not _is_ready(ready.get((ev.schema, ev.table)), ev.columns):
                         made = self._schema_from_stream(conn, ev)
                         if made is not None:
                             tx = self._between(conn, tx, made, chunk, progress, rel, stats)
-                            chunk, progress = [], {}
+                            chunk = []
+                            progress.clear()
                             # the other shapes are checked again against the changed table; (a skipped one fails
                             # at the write, loudly)
                             ready[(ev.schema, ev.table)] = [ev.columns]
@@ -171,8 +173,6 @@ class Applier:
                         self._write_rows(conn, chunk, progress, stats)
                         chunk = []
                 self._write_rows(conn, chunk, progress, stats)
-                if lane:
-                    self._write_batches(conn, lane, progress, stats, rel)
                 rel.forget()
                 with self.timer.span("progress"):
                     self.store.save(conn, applied_ts=rel.applied_ts, checkpoints=rel.checkpoint(),
@@ -210,25 +210,54 @@ class Applier:
         return tx
 
     # ---- the columnar lane (applier/columnar/apply.py) ----------------------------------------------------
-    def _lane(self, rel: Release) -> tuple[Iterable, list]:
-        """What the per-event loop iterates, and the row batches written the columnar way after it (see
-        :mod:`applier.columnar.apply` for when a window goes which way)."""
+    def _lane_source(self, conn: Connection, rel: Release, progress: dict[tuple[str, str], TableProgress],
+                     stats: ApplyStats) -> Iterable:
+        """What the per-event loop iterates. With row batches in the release (the columnar lane, see
+        :mod:`applier.columnar.apply`): when the release also holds row events, every row as events in commit order;
+        otherwise its DDLs, with the batches' rows before each DDL written the columnar way just before the loop
+        takes that DDL (or yielded as events where the target is not ready for them), and the rows after the last
+        one at the end."""
         batches = rel.batches
         if not batches:
-            return rel, []
+            return rel
         events = list(rel)
-        if not events and self._lane_ready(batches):
-            return events, batches
-        merged, dropped = lane_apply.window_events(events, batches, row_identity)
-        rel.dropped_copies(dropped)
-        return merged, []
+        if any(type(e) is not DDL for e in events):
+            merged, dropped = lane_apply.window_events(events, batches, row_identity)
+            rel.dropped_copies(dropped)
+            return merged
+        return self._segments(conn, events, batches, progress, stats, rel)
 
-    def _lane_ready(self, batches: list) -> bool:
-        """Schema evolution has checked every column tuple of these batches (else the per-event loop runs it)."""
+    def _segments(self, conn: Connection, ddls: list, batches: list, progress: dict[tuple[str, str], TableProgress],
+                  stats: ApplyStats, rel: Release) -> Iterator:
+        for ddl, seg in lane_apply.segments(ddls, batches):
+            if seg:
+                if self._lane_ready(conn, seg):
+                    self._write_batches(conn, seg, progress, stats, rel)
+                else:
+                    merged, dropped = lane_apply.window_events([], seg, row_identity)
+                    rel.dropped_copies(dropped)
+                    yield from merged
+            if ddl is not None:
+                yield ddl
+
+    def _lane_ready(self, conn: Connection, batches: list) -> bool:
+        """Schema evolution finds the target ready for every column tuple of these batches (checked as the per-event
+        loop checks them, with one row of each; a tuple that needs a DDL leaves the window to that loop)."""
         if self.schema_evolution == "none":
             return True
         ready = self._shape_ready
-        return all(_is_ready(ready.get((b.shape.schema, b.shape.table)), cols) for b in batches for cols in b.shape.variants)
+        for b in batches:
+            table = (b.shape.schema, b.shape.table)
+            for i, cols in enumerate(b.shape.variants):
+                if _is_ready(ready.get(table), cols):
+                    continue
+                first = pc.index(b.data.column("_var"), i).as_py()
+                if first < 0:
+                    continue
+                ev = lane_apply.RowBatch(b.shape, b.data.slice(first, 1)).to_events()[0]
+                if self._schema_from_stream(conn, ev) is not None:
+                    return False
+        return True
 
     def _write_batches(self, conn: Connection, batches: list, progress: dict[tuple[str, str], TableProgress],
                        stats: ApplyStats, rel: Release) -> None:
@@ -281,6 +310,7 @@ class Applier:
                     f"failed (events from {first} to {last}): {db_reason(exc)}", plan, changes  # type: ignore[arg-type]
                 ) from exc
             n = rows.num_rows
+            self.timer.count("rows_columnar", n)
             tp = progress.setdefault(tk, TableProgress(*target))
             self.shards.saw(schema, table)
             tp.rows += n

@@ -32,7 +32,7 @@ Example (every key; see ``conf/*.toml``)::
     trigger_interval = "500 ms"           # "<n> ms|millisecond(s)|second(s)|minute(s)"
     max_offsets_per_trigger = 100000      # optional int >= 1
     decode_on = "auto"                    # auto | executors | driver (where Kafka records are decoded)
-    columnar = false                      # Canal-JSON: decode into Arrow batches in the workers and plan on them
+    columnar = true                       # Canal-JSON: decode into Arrow batches in the workers and plan on them
 
     [source]
     bootstrap_servers = "127.0.0.1:9092"  # required, "host:port[,host:port]"
@@ -401,7 +401,7 @@ class PipelineSettings(_RedactedRepr):
     max_offsets_per_trigger: int | None = None
     decode_on: str = "auto"  # auto | executors | driver; see decodes_on_executors()
     # the columnar lane (applier/columnar): Canal-JSON decoded into Arrow batches in the workers, planned on them
-    columnar: bool = False
+    columnar: bool = True
 
     @property
     def buffer_memory_bytes(self) -> int:
@@ -924,7 +924,7 @@ class _Parser:
         interval, interval_ms = self.duration("pipeline.trigger_interval", interval_text)
         max_offsets = self.positive_int(d, p, "max_offsets_per_trigger", None, 100000)
         decode_on = self.choice(d, p, "decode_on", ("auto", "executors", "driver"), "auto")
-        columnar = self.get(d, p, "columnar", bool, hint="columnar = true", default=False)
+        columnar = self.get(d, p, "columnar", bool, hint="columnar = false", default=True)
         return PipelineSettings(
             name=name,
             checkpoint_dir=checkpoint_dir,

@@ -40,6 +40,30 @@ def by_table(batches: Iterable[RowBatch]) -> dict[tuple[str, str], list[RowBatch
     return out
 
 
+def segments(ddls: list[DDL], batches: list[RowBatch]) -> list[tuple[DDL | None, list[RowBatch]]]:
+    """The batches' rows cut at the DDLs of a release (in commit order): per DDL the rows committed before it (and
+    after the DDL before it), then (None, the rows after the last one)."""
+    out: list[tuple[DDL | None, list[RowBatch]]] = []
+    rest = batches
+    for ddl in ddls:
+        before, after = [], []
+        for b in rest:
+            ts = b.data.column("_ts")
+            mask = pc.less(ts, ddl.commit_ts)
+            n = pc.sum(mask).as_py() or 0
+            if n == len(b):
+                before.append(b)
+            elif n == 0:
+                after.append(b)
+            else:
+                before.append(RowBatch(b.shape, b.data.filter(mask)))
+                after.append(RowBatch(b.shape, b.data.filter(pc.invert(mask))))
+        out.append((ddl, before))
+        rest = after
+    out.append((None, rest))
+    return out
+
+
 def window_events(events: list[Event], batches: list[RowBatch], identity: Any) -> tuple[list[Event], int]:
     """The release's events and its batches' rows as one list in commit order, the batches' copies of a change
     dropped (``identity(ev)``: the event gate's row identity, for changes of keyed tables, which are the only ones

@@ -1002,6 +1002,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         "rows_written": written,
         "rows_upserted": clock.rows_upserted,
         "rows_deleted": clock.rows_deleted,
+        "rows_columnar": clock.counts.get("rows_columnar", 0),
         "ddls": applied.ddls,
         "transactions": applied.transactions,
         "events_per_s": e2e_events_s,
@@ -1101,6 +1102,8 @@ def format_report(r: dict[str, Any]) -> str:
     if "rows_written" in ap:  # counted by the stage clock: in-process only
         lines.append(f"  rows written/s             {_num(ap['rows_written_per_s']):>14}   ({ap['rows_written']:,} "
                      f"rows after per-key collapse: {ap['rows_upserted']:,} upserts, {ap['rows_deleted']:,} deletes)")
+    if ap.get("rows_columnar"):
+        lines.append(f"  row changes, columnar lane {ap['rows_columnar']:>14,}   (applier/columnar; the rest went per event)")
     lines += [
         f"  messages/s                 {_num(ap['messages_per_s']):>14}   ({ap['batches']} micro-batches)",
         f"  raw bulk load rows/s       {_num(bl['rows_per_s']):>14}   ({bl['method']})",
