@@ -270,3 +270,22 @@ def test_gate_with_batches_releases_what_the_event_gate_releases(seed, budget, t
     assert batch_gate.held == events_gate.held == 0
     events_gate.close()
     batch_gate.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_temporal_values_through_numpy_equal_to_pylist(seed):
+    """to_python's numpy route for dates and datetimes gives what pyarrow's to_pylist gives, nulls and the range's
+    ends included (with nulls, a plain to_numpy made floats of the int64 values: 9999-12-31 23:59:59.999999 came
+    back as an int)."""
+    import datetime as dt
+
+    rng = random.Random(seed)
+    stamps = [None if rng.random() < 0.2 else dt.datetime(1, 1, 1) + dt.timedelta(
+        microseconds=rng.randrange(0, 315537897600000000)) for _ in range(300)]
+    stamps += [dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1, 1, 1), None]
+    days = [None if rng.random() < 0.2 else dt.date.fromordinal(rng.randrange(1, 3652060)) for _ in range(300)]
+    for kind, typ, vals in ((V.DATETIME, pa.timestamp("us"), stamps), (V.DATE, pa.date32(), days)):
+        arr = pa.array(vals, typ)
+        got = V.to_python(kind, None, arr)
+        assert got == arr.to_pylist() == vals
+        assert [type(g) for g in got] == [type(v) for v in vals]
