@@ -281,7 +281,8 @@ class Applier:
                 unified = lane_apply.unify(bs)
             if unified is not None:
                 rows, names, kinds = unified
-                rows, dropped = drop_copies(rows, lane_apply.identity_columns(names))
+                rows, dropped = drop_copies(rows, lane_apply.identity_columns(names),
+                                            lane_apply.probe_columns(bs[0].shape))
                 rel.dropped_copies(dropped)
                 try:
                     with self.timer.span("plan"):

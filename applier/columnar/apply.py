@@ -108,6 +108,13 @@ def identity_columns(names: tuple[str, ...]) -> list[str]:
     return ["_ts", "_op", *(f"b:{n}" for n in names), *(f"a:{n}" for n in names)]
 
 
+def probe_columns(shape: Any) -> list[str]:
+    """The columns :func:`~applier.columnar.held.drop_copies` groups first: commit ts, op and the upstream key's
+    columns in both images (within one commit ts TiKV keeps one change per key, so only copies repeat them)."""
+    keys = [c.name for c in shape.variants[0] if c.key] if shape.variants else []
+    return ["_ts", "_op", *(f"b:{k}" for k in keys), *(f"a:{k}" for k in keys)]
+
+
 def python_values(kinds: dict[str, str]) -> Any:
     """``to_python(column, array)`` for :func:`applier.columnar.plan.to_batch_plan`: a column's Python values as the
     codec's converter gives them."""

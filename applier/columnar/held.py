@@ -204,16 +204,29 @@ class BatchStore:
             self._dir = None
 
 
-def drop_copies(table: pa.Table, identity: list[str]) -> tuple[pa.Table, int]:
+def drop_copies(table: pa.Table, identity: list[str], probe: list[str] | None = None) -> tuple[pa.Table, int]:
     """``table`` (in release order) without the rows that repeat an earlier row's ``identity`` columns exactly; and
-    how many were dropped."""
-    if table.num_rows < 2:
+    how many were dropped. ``probe``, a subset of ``identity`` (commit ts, op and the key columns), is grouped first:
+    rows that repeat the identity repeat the probe too, so only the rows of a probe group with more than one row
+    are compared on every column (the costly grouping), usually none or a few."""
+    n = table.num_rows
+    if n < 2:
         return table, 0
-    idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
-    t = table.select(identity).append_column("__i", idx)
+    idx = pa.array(np.arange(n, dtype=np.int64))
+    cand = idx
+    if probe:
+        g = table.select(probe).append_column("__i", idx).group_by(probe, use_threads=False).aggregate(
+            [("__i", "count"), ("__i", "list")])
+        if g.num_rows == n:
+            return table, 0
+        many = g.filter(pc.greater(g.column("__i_count"), 1))
+        cand = pc.list_flatten(many.column("__i_list").combine_chunks())
+    t = table.select(identity).take(cand).append_column("__i", cand)
     first = t.group_by(identity, use_threads=False).aggregate([("__i", "min")]).column("__i_min")
-    if len(first) == table.num_rows:
+    if len(first) == len(cand):
         return table, 0
-    keep = pc.sort_indices(first)
-    rows = pc.take(first, keep)
-    return table.take(rows), table.num_rows - len(rows)
+    keep = np.ones(n, dtype=bool)
+    keep[cand.to_numpy()] = False
+    keep[first.to_numpy()] = True
+    dropped = int(n - keep.sum())
+    return table.filter(pa.array(keep)), dropped

@@ -289,3 +289,28 @@ def test_temporal_values_through_numpy_equal_to_pylist(seed):
         got = V.to_python(kind, None, arr)
         assert got == arr.to_pylist() == vals
         assert [type(g) for g in got] == [type(v) for v in vals]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_drop_copies_keeps_the_first_of_each_identity(seed):
+    from applier.columnar.held import drop_copies
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(rng.randrange(2, 200)):
+        if rows and rng.random() < 0.2:
+            rows.append(dict(rng.choice(rows), pos=len(rows)))  # a copy: same identity, another position
+        else:
+            rows.append({"_ts": rng.randrange(3), "_op": rng.randrange(3), "k": rng.choice([None, 1, 2, 3]),
+                         "v": rng.choice([None, "a", "b"]), "pos": len(rows)})
+    table = pa.Table.from_pylist(rows)
+    seen, want = set(), []
+    for r in rows:
+        ident = (r["_ts"], r["_op"], r["k"], r["v"])
+        if ident not in seen:
+            seen.add(ident)
+            want.append(r["pos"])
+    for probe in (None, ["_ts", "_op", "k"]):
+        got, dropped = drop_copies(table, ["_ts", "_op", "k", "v"], probe)
+        assert got.column("pos").to_pylist() == want
+        assert dropped == len(rows) - len(want)
