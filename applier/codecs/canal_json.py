@@ -355,17 +355,38 @@ class CanalJSONDecoder:
         extras: list = []
         insert_op, update_op, delete_op = Op.INSERT, Op.UPDATE, Op.DELETE
         try:
+            loads, row_types = orjson.loads, ROW_TYPES
             for msg in msgs:
-                got = self._parse(msg)
-                if type(got) is list:
+                # A plain row message is read here with _parse's rules for one (anything else goes through _parse):
+                # JSON object, '_tidb' object, 'type' a row type, 'isDdl' false or absent, 'commitTs' an int
+                # trusted under the limit, 'database'/'table' strings (null: ""), no claim-check location and no
+                # handle-key-only INSERT/UPDATE.
+                obj = loads(msg.value)
+                etype = obj.get("type") if type(obj) is dict else None
+                op = row_types.get(etype) if type(etype) is str else None
+                tidb = obj.get("_tidb") if op is not None else None
+                if type(tidb) is not dict or obj.get("isDdl", False) is not False:
+                    got = self._parse(msg)
+                    if type(got) is not list:
+                        return None  # a row message this path does not read (the record path says why)
                     ev = got[0]
                     if type(ev) is not Resolved or not 0 <= ev.ts <= limit:
                         return None
                     order.append(-1)
                     extras.append(ev)
                     continue
-                obj, op, _etype, schema, table, commit_ts, pos, loc, handle_only, _size = got
-                if loc is not None or handle_only or not 0 <= commit_ts <= limit:
+                commit_ts = tidb.get("commitTs")
+                if type(commit_ts) is not int or not 0 <= commit_ts <= limit:
+                    return None
+                schema = obj.get("database", "")
+                table = obj.get("table", "")
+                if schema is None:
+                    schema = ""
+                if table is None:
+                    table = ""
+                loc = tidb.get("claimCheckLocation")
+                if (type(schema) is not str or type(table) is not str or (loc is not None and loc != "")
+                        or (op is not delete_op and tidb.get("onlyHandleKey") is True)):
                     return None
                 shape, data, old = self._rows_head(obj, op, schema, table)
                 names = shape.names
@@ -386,16 +407,17 @@ class CanalJSONDecoder:
                     kinds = self._kinds[id(shape)] = (shape, None if None in ks else ks)
                 if kinds[1] is None:
                     return None
-                k = (schema, table, pos.topic, names, kinds[1])
+                topic = msg.topic
+                k = (schema, table, topic, names, kinds[1])
                 g = groups.get(k)
                 if g is None:
-                    g = groups[k] = _ColumnGroup(schema, table, pos.topic, names, kinds[1],
+                    g = groups[k] = _ColumnGroup(schema, table, topic, names, kinds[1],
                                                  [shape.convs[n] for n in names], len(groups))
                 n = len(data)
                 meta = g.meta
                 meta[0].extend([commit_ts] * n)
-                meta[1].extend([pos.partition] * n)
-                meta[2].extend([pos.offset] * n)
+                meta[1].extend([msg.partition] * n)
+                meta[2].extend([msg.offset] * n)
                 meta[3].extend([(len(msg.value or b"") + len(msg.key or b"")) // n] * n)
                 meta[4].extend([OP_CODE[op]] * n)
                 meta[5].extend([g.variant(shape.columns)] * n)
