@@ -213,41 +213,55 @@ class Applier:
     def _lane_source(self, conn: Connection, rel: Release, progress: dict[tuple[str, str], TableProgress],
                      stats: ApplyStats) -> Iterable:
         """What the per-event loop iterates. With row batches in the release (the columnar lane, see
-        :mod:`applier.columnar.apply`): when the release also holds row events, every row as events in commit order;
-        otherwise its DDLs, with the batches' rows before each DDL written the columnar way just before the loop
-        takes that DDL (or yielded as events where the target is not ready for them), and the rows after the last
-        one at the end."""
+        :mod:`applier.columnar.apply`) the release is cut at its DDLs; in each segment, the batches of a table
+        with no row events there, for which the target is ready, are written the columnar way just before the
+        loop takes the segment's DDL (or at the end), and every other row goes to the loop as events, in commit
+        order."""
         batches = rel.batches
         if not batches:
             return rel
-        events = list(rel)
-        if any(type(e) is not DDL for e in events):
-            merged, dropped = lane_apply.window_events(events, batches, row_identity)
-            rel.dropped_copies(dropped)
-            return merged
-        return self._segments(conn, events, batches, progress, stats, rel)
+        return self._segments(conn, list(rel), batches, progress, stats, rel)
 
-    def _segments(self, conn: Connection, ddls: list, batches: list, progress: dict[tuple[str, str], TableProgress],
+    def _segments(self, conn: Connection, events: list, batches: list, progress: dict[tuple[str, str], TableProgress],
                   stats: ApplyStats, rel: Release) -> Iterator:
+        ddls = [e for e in events if type(e) is DDL]
+        rows = iter(e for e in events)
+        pending = next(rows, None)
         for ddl, seg in lane_apply.segments(ddls, batches):
-            if seg:
-                if self._lane_ready(conn, seg):
-                    self._write_batches(conn, seg, progress, stats, rel)
-                else:
-                    merged, dropped = lane_apply.window_events([], seg, row_identity)
-                    rel.dropped_copies(dropped)
-                    yield from merged
+            seg_events = []
+            while pending is not None and pending is not ddl:
+                seg_events.append(pending)
+                pending = next(rows, None)
+            pending = next(rows, None) if pending is ddl else pending
+            with_events = {(e.schema, e.table) for e in seg_events}
+            lane = [b for b in seg if (b.shape.schema, b.shape.table) not in with_events]
+            ready = self._lane_ready(conn, lane) if lane else set()
+            columnar = [b for b in lane if (b.shape.schema, b.shape.table) in ready]
+            if columnar:
+                self._write_batches(conn, columnar, progress, stats, rel)
+            others = [b for b in seg if (b.shape.schema, b.shape.table) not in ready]
+            if others:
+                merged, dropped = lane_apply.window_events(seg_events, others, row_identity)
+                rel.dropped_copies(dropped)
+                yield from merged
+            else:
+                yield from seg_events
             if ddl is not None:
                 yield ddl
 
-    def _lane_ready(self, conn: Connection, batches: list) -> bool:
-        """Schema evolution finds the target ready for every column tuple of these batches (checked as the per-event
-        loop checks them, with one row of each; a tuple that needs a DDL leaves the window to that loop)."""
+    def _lane_ready(self, conn: Connection, batches: list) -> set[tuple[str, str]]:
+        """The tables of these batches whose every column tuple schema evolution finds the target ready for
+        (checked as the per-event loop checks them, with one row of each; a tuple that needs a DDL leaves its table
+        to that loop)."""
+        tables = {(b.shape.schema, b.shape.table) for b in batches}
         if self.schema_evolution == "none":
-            return True
+            return tables
         ready = self._shape_ready
+        out = set(tables)
         for b in batches:
             table = (b.shape.schema, b.shape.table)
+            if table not in out:
+                continue
             for i, cols in enumerate(b.shape.variants):
                 if _is_ready(ready.get(table), cols):
                     continue
@@ -256,8 +270,9 @@ class Applier:
                     continue
                 ev = lane_apply.RowBatch(b.shape, b.data.slice(first, 1)).to_events()[0]
                 if self._schema_from_stream(conn, ev) is not None:
-                    return False
-        return True
+                    out.discard(table)
+                    break
+        return out
 
     def _write_batches(self, conn: Connection, batches: list, progress: dict[tuple[str, str], TableProgress],
                        stats: ApplyStats, rel: Release) -> None:
@@ -288,7 +303,8 @@ class Applier:
                     with self.timer.span("plan"):
                         aplan = plan_arrow(meta, rows, names)
                         plan = to_batch_plan(meta, aplan, lane_apply.python_values(dict(zip(names, kinds))))
-                except NotColumnar:
+                except NotColumnar as exc:
+                    log.debug("columnar lane: %s.%s goes per event: %s", schema, table, exc)
                     aplan = None
             if aplan is None:
                 events, dropped = lane_apply.window_events([], bs, row_identity)

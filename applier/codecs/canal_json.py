@@ -340,7 +340,8 @@ class CanalJSONDecoder:
         """A slice of records decoded straight into Arrow record batches per shape
         (:class:`applier.columnar.rows.ArrowSlice`), or None when any record is not a plain row or watermark message
         or any value is not one :mod:`applier.columnar.values` converts: then the caller decodes the slice record
-        by record with :meth:`decode`, which also names whatever is wrong.
+        by record with :meth:`decode`, which also names whatever is wrong. Watermarks and DDL messages are kept
+        as events in their place (``extras``).
 
         It gives what :meth:`decode` of each record gives (:meth:`ArrowSlice.to_events`), ``size`` as
         :func:`applier.decode.decode_messages` sets it, and every ts checked against ``limit``
@@ -370,7 +371,14 @@ class CanalJSONDecoder:
                     if type(got) is not list:
                         return None  # a row message this path does not read (the record path says why)
                     ev = got[0]
-                    if type(ev) is not Resolved or not 0 <= ev.ts <= limit:
+                    if type(ev) is Resolved:
+                        if not 0 <= ev.ts <= limit:
+                            return None
+                    elif type(ev) is DDL:  # kept as an event in its place, sized as decode_messages sizes it
+                        if not 0 <= ev.commit_ts <= limit:
+                            return None
+                        ev.size = len(msg.value or b"") + len(msg.key or b"")
+                    else:
                         return None
                     order.append(-1)
                     extras.append(ev)
