@@ -137,7 +137,7 @@ class _ColumnGroup:
     missing image as a row of nulls)."""
 
     __slots__ = ("schema", "table", "topic", "names", "kinds", "convs", "index", "null_row", "variants", "meta",
-                 "befores", "afters")
+                 "rows", "befores", "afters")
 
     def __init__(self, schema: str, table: str, topic: str, names: tuple[str, ...], kinds: tuple[str, ...],
                  convs: list, index: int) -> None:
@@ -145,7 +145,8 @@ class _ColumnGroup:
         self.convs, self.index = convs, index  # the first shape's converters (one kind: one conversion)
         self.null_row = dict.fromkeys(names)
         self.variants: list[tuple[Column, ...]] = []
-        self.meta: list[list[int]] = [[], [], [], [], [], []]  # rows.META
+        self.meta: list[tuple[int, ...]] = []  # per message: rows.META's values and its row count
+        self.rows = 0
         self.befores: list[dict] = []
         self.afters: list[dict] = []
 
@@ -422,13 +423,10 @@ class CanalJSONDecoder:
                     g = groups[k] = _ColumnGroup(schema, table, topic, names, kinds[1],
                                                  [shape.convs[n] for n in names], len(groups))
                 n = len(data)
-                meta = g.meta
-                meta[0].extend([commit_ts] * n)
-                meta[1].extend([msg.partition] * n)
-                meta[2].extend([msg.offset] * n)
-                meta[3].extend([(len(msg.value or b"") + len(msg.key or b"")) // n] * n)
-                meta[4].extend([OP_CODE[op]] * n)
-                meta[5].extend([g.variant(shape.columns)] * n)
+                g.meta.append((commit_ts, msg.partition, msg.offset,
+                               (len(msg.value or b"") + len(msg.key or b"")) // n, OP_CODE[op],
+                               g.variant(shape.columns), n))
+                g.rows += n
                 if op is insert_op:
                     g.befores.extend([g.null_row] * n)
                     g.afters.extend(data)
@@ -448,13 +446,19 @@ class CanalJSONDecoder:
             arrays = columns.convert()
             metas = [[] for _ in META_TYPES]
             for g, _, _ in shaped:
-                for m, v in zip(metas, g.meta):
-                    m.extend(v)
+                if g.rows == len(g.meta):  # one row per message (TiCDC's own): the records are the columns
+                    for m, v in zip(metas, zip(*g.meta)):
+                        m.extend(v)
+                else:
+                    for rec in g.meta:
+                        n = rec[6]
+                        for m, v in zip(metas, rec):
+                            m.extend((v,) * n)
             meta_arrays = [pa.array(v, t) for v, t in zip(metas, META_TYPES)]
             out = []
             at = 0
             for g, b, a in shaped:
-                n = len(g.meta[0])
+                n = g.rows
                 out.append(build_batch(g.shape(), [m.slice(at, n) for m in meta_arrays], [arrays[i] for i in b],
                                        [arrays[i] for i in a]))
                 at += n
