@@ -311,21 +311,7 @@ class Applier:
                 rel.dropped_copies(dropped)
                 self._write_rows(conn, events, progress, stats)  # type: ignore[arg-type]
                 continue
-            try:
-                with self.timer.span("write"):
-                    self.sink.write(conn, plan)
-                upserted, deleted = plan.written()
-                self.timer.count("rows_upserted", upserted)
-                self.timer.count("rows_deleted", deleted)
-            except ApplyError:
-                raise
-            except Exception as exc:
-                changes, _ = lane_apply.window_events([], bs, row_identity)
-                first, last = changes[0].position, changes[-1].position
-                raise _WriteRefused(
-                    f"writing {len(changes)} change(s) of upstream table {shown(schema, table)} into {meta.display} "
-                    f"failed (events from {first} to {last}): {db_reason(exc)}", plan, changes  # type: ignore[arg-type]
-                ) from exc
+            self._write_plan(conn, meta, plan, lambda: lane_apply.window_events([], bs, row_identity)[0])
             n = rows.num_rows
             self.timer.count("rows_columnar", n)
             tp = progress.setdefault(tk, TableProgress(*target))
@@ -406,6 +392,11 @@ class Applier:
             return
         with self.timer.span("plan"):
             plan = plan_batch(meta, changes, replace=self.replace_mode)
+        self._write_plan(conn, meta, plan, lambda: changes)
+
+    def _write_plan(self, conn: Connection, meta: TableMeta, plan: BatchPlan,
+                    changes: Callable[[], list[RowChange]]) -> None:
+        """Write one table's plan; a refusal names the changes (``changes()``: the lane makes them only then)."""
         try:
             with self.timer.span("write"):
                 self.sink.write(conn, plan)
@@ -415,10 +406,11 @@ class Applier:
         except ApplyError:
             raise
         except Exception as exc:
-            first, last = changes[0].position, changes[-1].position
+            evs = changes()
+            first, last = evs[0].position, evs[-1].position
             raise _WriteRefused(
-                f"writing {len(changes)} change(s) of upstream table {shown(changes[0].schema, changes[0].table)} "
-                f"into {meta.display} failed (events from {first} to {last}): {db_reason(exc)}", plan, changes
+                f"writing {len(evs)} change(s) of upstream table {shown(evs[0].schema, evs[0].table)} "
+                f"into {meta.display} failed (events from {first} to {last}): {db_reason(exc)}", plan, evs
             ) from exc
 
     # ---- history and soft-delete modes -----------------------------------------------------------------
