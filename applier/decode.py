@@ -117,6 +117,31 @@ def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_
     return out
 
 
+def decode_records(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool,
+                   max_skew_ms: int | None = None, columnar: bool = False) -> Decoded:
+    """:func:`decode_messages` for the driver, with the columnar lane (``[pipeline] columnar``): a codec with
+    ``decode_arrow`` first takes each partition's records a slice of :data:`CHUNK_MESSAGES` at a time into row
+    batches, as Spark's workers do, and a slice it does not take is decoded record by record. Events come per
+    partition in offset order (the gate takes partitions in any order)."""
+    arrow = getattr(decoder, "decode_arrow", None) if columnar else None
+    if arrow is None:
+        return decode_messages(decoder, messages, stop_at_error=stop_at_error, max_skew_ms=max_skew_ms)
+    per: dict[tuple[str, int], list[KafkaMessage]] = {}
+    for m in messages:
+        per.setdefault((m.topic, m.partition), []).append(m)
+    limit = clock_limit(max_skew_ms)
+    out = Decoded()
+    for msgs in per.values():
+        for lo in range(0, len(msgs), CHUNK_MESSAGES):
+            part = msgs[lo:lo + CHUNK_MESSAGES]
+            s = arrow(part, limit)
+            if s is None:
+                out.extend(decode_messages(decoder, part, stop_at_error=stop_at_error, max_skew_ms=max_skew_ms))
+            else:
+                out.extend(Decoded(s.messages, s.extras, [], [], s.batches))
+    return out
+
+
 def _refuse_untrusted(decoder: Decoder, msg: KafkaMessage, evs: list[Event], bad: tuple[Event, str] | None,
                       limit: int, out: Decoded, stop_at_error: bool) -> list[Event]:
     """A message with an untrusted ts (applier.clock) becomes a bad record: none of its events goes on. The events

@@ -18,7 +18,7 @@ from applier.apply import Applier, ApplyStats
 from applier.clock import UNTRUSTED
 from applier.codecs import Decoder, HoldsMessages, plausible_table, table_of
 from applier.crashguard import DriverDecodeGuard
-from applier.decode import KILLED, Decoded, decode_chunks, decode_messages
+from applier.decode import KILLED, Decoded, decode_chunks, decode_records
 from applier.dialect import Dialect, dialect_for
 from applier.events import DDL, DecodeError, KafkaMessage, RowChange
 from applier.gate import Gate
@@ -54,13 +54,14 @@ class BatchProcessor:
                  write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
                  until_ts: int | None = None, schema_evolution: str = "none",
-                 max_skew_ms: int | None = None) -> None:
+                 max_skew_ms: int | None = None, columnar: bool = False) -> None:
         """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
         ``source.start_ts``, that TSO: :func:`applier.pipeline.seed_start_ts`). ``until_ts`` makes the gate release
         nothing committed after it (``applier run --until-ts``; gated protocols only)."""
         self.timer = timer
         self.decoder = decoder
         self.max_skew_ms = max_skew_ms  # [source] max_clock_skew, for what the driver decodes (applier.clock)
+        self.columnar = columnar  # [pipeline] columnar: what the driver decodes goes the lane's way too
         self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
         self.route = route
         self.on_decode_error = on_decode_error  # stop | quarantine | skip, for a message whose table is unknown
@@ -99,10 +100,10 @@ class BatchProcessor:
         t0 = time.perf_counter()
         if self.guard is not None:
             decoded = self.guard.decode(self.decoder, messages, stop_at_error=self.stop_at_error,
-                                        max_skew_ms=self.max_skew_ms)
+                                        max_skew_ms=self.max_skew_ms, columnar=self.columnar)
         else:
-            decoded = decode_messages(self.decoder, messages, stop_at_error=self.stop_at_error,
-                                      max_skew_ms=self.max_skew_ms)
+            decoded = decode_records(self.decoder, messages, stop_at_error=self.stop_at_error,
+                                     max_skew_ms=self.max_skew_ms, columnar=self.columnar)
         return self.process_decoded(decoded, time.perf_counter() - t0)
 
     def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:

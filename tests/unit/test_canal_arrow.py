@@ -346,3 +346,19 @@ def test_multi_row_messages_are_taken_and_equal():
     assert any(len(orjson.loads(m.value).get("data") or []) > 1 for m in msgs)
     taken, refused = _check_slices(_slices(msgs, 50))
     assert taken > 20 and refused == 0
+
+
+def test_the_driver_decodes_with_the_lane_what_the_record_path_decodes():
+    """decode_records (what the driver decodes: a live replica's small batches): the lane's events and rows, per
+    partition, are the record path's."""
+    from applier.decode import decode_records
+
+    msgs = _with_watermarks(_bench_messages(2000, 9), 17)
+    dec = get_decoder("canal-json")
+    got = decode_records(dec, msgs, stop_at_error=True, columnar=True)
+    want = decode_records(dec, msgs, stop_at_error=True, columnar=False)
+    assert got.batches and not want.batches
+    assert got.messages == want.messages == len(msgs)
+    lane = [e for b in got.batches for e in b.to_events()] + got.events
+    key = lambda e: (e.position.partition, e.position.offset)  # noqa: E731 - one message's events keep their order
+    assert sorted(lane, key=key) == sorted(want.events, key=key)
