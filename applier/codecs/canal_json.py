@@ -177,6 +177,19 @@ def _all_str(items: list) -> bool:
     return True
 
 
+def _names(obj: dict) -> tuple[str, str]:
+    """A message's ``database`` and ``table`` ("" when absent or null); anything but a string is malformed."""
+    schema = obj.get("database", "")
+    table = obj.get("table", "")
+    if schema is None:
+        schema = ""
+    if table is None:
+        table = ""
+    if type(schema) is not str or type(table) is not str:
+        raise _Bad("'database' and 'table' must be strings")
+    return schema, table
+
+
 def _converter_for(base: str) -> Callable[[Any], Any]:
     """Converter for one column; canal-json specifics on top of the shared text conversions."""
     if base in T.BINARY_TYPES:
@@ -309,14 +322,7 @@ class CanalJSONDecoder:
             return [Resolved(ts=ts, position=pos)]
 
         commit_ts = self._commit_ts(tidb)
-        schema = obj.get("database", "")
-        table = obj.get("table", "")
-        if schema is None:
-            schema = ""
-        if table is None:
-            table = ""
-        if type(schema) is not str or type(table) is not str:
-            raise _Bad("'database' and 'table' must be strings")
+        schema, table = _names(obj)
 
         if is_ddl:
             query = obj.get("sql")
@@ -387,15 +393,9 @@ class CanalJSONDecoder:
                 commit_ts = tidb.get("commitTs")
                 if type(commit_ts) is not int or not 0 <= commit_ts <= limit:
                     return None
-                schema = obj.get("database", "")
-                table = obj.get("table", "")
-                if schema is None:
-                    schema = ""
-                if table is None:
-                    table = ""
+                schema, table = _names(obj)  # (raises for a non-string: the slice goes record by record)
                 loc = tidb.get("claimCheckLocation")
-                if (type(schema) is not str or type(table) is not str or (loc is not None and loc != "")
-                        or (op is not delete_op and tidb.get("onlyHandleKey") is True)):
+                if (loc is not None and loc != "") or (op is not delete_op and tidb.get("onlyHandleKey") is True):
                     return None
                 shape, data, old = self._rows_head(obj, op, schema, table)
                 names = shape.names
