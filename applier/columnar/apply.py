@@ -66,14 +66,15 @@ def segments(ddls: list[DDL], batches: list[RowBatch]) -> list[tuple[DDL | None,
 
 def window_events(events: list[Event], batches: list[RowBatch], identity: Any) -> tuple[list[Event], int]:
     """The release's events and its batches' rows as one list in commit order, the batches' copies of a change
-    dropped (``identity(ev)``: the event gate's row identity, for changes of keyed tables, which are the only ones
-    held as batches); and how many were dropped."""
-    seen = {identity(e) for e in events if type(e) is RowChange}
+    dropped (the same commit ts and ``identity(ev)``, the event gate's row identity, for changes of keyed tables,
+    which are the only ones held as batches); and how many were dropped."""
+    # the event gate compares identities within one commit ts (the same change at another ts is another change)
+    seen = {(e.commit_ts, identity(e)) for e in events if type(e) is RowChange}
     extra: list[RowChange] = []
     dropped = 0
     for b in batches:
         for ev in b.to_events():
-            h = identity(ev)
+            h = (ev.commit_ts, identity(ev))
             if h in seen:
                 dropped += 1
                 continue
