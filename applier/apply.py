@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
+import pyarrow.compute as pc
 from sqlalchemy.engine import Connection, Engine, Transaction
 
 from applier.ddl import TranslatedDDL, UnsupportedDDL
@@ -41,7 +42,10 @@ from applier import evolve
 from applier.dialect import Dialect
 from applier.events import DDL, RowChange
 from applier import modes
-from applier.gate import Release
+from applier.columnar import apply as lane_apply
+from applier.columnar.held import drop_copies
+from applier.columnar.plan import NotColumnar, plan_arrow, to_batch_plan
+from applier.gate import Release, row_identity
 from applier.progress import ProgressStore, TableProgress, ddl_key
 from applier.quarantine import RowQuarantine, UndecodableMessage, key_text, keys_of
 from applier.setaside import SetAside, find_refused
@@ -148,17 +152,19 @@ class Applier:
                 chunk: list[RowChange] = []
                 evolving = self.schema_evolution != "none"
                 ready = self._shape_ready
-                for ev in rel:
+                for ev in self._lane_source(conn, rel, progress, stats):
                     if isinstance(ev, DDL):
                         tx = self._between(conn, tx, ev, chunk, progress, rel, stats)
-                        chunk, progress = [], {}
+                        chunk = []
+                        progress.clear()  # saved with the segment; the same dict goes on (the lane writes into it)
                         ready.clear()  # a DDL may have changed any table's shape
                         continue
                     if evolving and not _is_ready(ready.get((ev.schema, ev.table)), ev.columns):
                         made = self._schema_from_stream(conn, ev)
                         if made is not None:
                             tx = self._between(conn, tx, made, chunk, progress, rel, stats)
-                            chunk, progress = [], {}
+                            chunk = []
+                            progress.clear()
                             # the other shapes are checked again against the changed table; (a skipped one fails
                             # at the write, loudly)
                             ready[(ev.schema, ev.table)] = [ev.columns]
@@ -202,6 +208,117 @@ class Applier:
         tx = conn.begin()
         self.sink.begin(conn)
         return tx
+
+    # ---- the columnar lane (applier/columnar/apply.py) ----------------------------------------------------
+    def _lane_source(self, conn: Connection, rel: Release, progress: dict[tuple[str, str], TableProgress],
+                     stats: ApplyStats) -> Iterable:
+        """What the per-event loop iterates. With row batches in the release (the columnar lane, see
+        :mod:`applier.columnar.apply`) the release is cut at its DDLs; in each segment, the batches of a table
+        with no row events there, for which the target is ready, are written the columnar way just before the
+        loop takes the segment's DDL (or at the end), and every other row goes to the loop as events, in commit
+        order."""
+        batches = rel.batches
+        if not batches:
+            return rel
+        return self._segments(conn, list(rel), batches, progress, stats, rel)
+
+    def _segments(self, conn: Connection, events: list, batches: list, progress: dict[tuple[str, str], TableProgress],
+                  stats: ApplyStats, rel: Release) -> Iterator:
+        ddls = [e for e in events if type(e) is DDL]
+        rows = iter(e for e in events)
+        pending = next(rows, None)
+        for ddl, seg in lane_apply.segments(ddls, batches):
+            seg_events = []
+            while pending is not None and pending is not ddl:
+                seg_events.append(pending)
+                pending = next(rows, None)
+            pending = next(rows, None) if pending is ddl else pending
+            with_events = {(e.schema, e.table) for e in seg_events}
+            lane = [b for b in seg if (b.shape.schema, b.shape.table) not in with_events]
+            ready = self._lane_ready(conn, lane) if lane else set()
+            columnar = [b for b in lane if (b.shape.schema, b.shape.table) in ready]
+            if columnar:
+                self._write_batches(conn, columnar, progress, stats, rel)
+            others = [b for b in seg if (b.shape.schema, b.shape.table) not in ready]
+            if others:
+                merged, dropped = lane_apply.window_events(seg_events, others, row_identity)
+                rel.dropped_copies(dropped)
+                yield from merged
+            else:
+                yield from seg_events
+            if ddl is not None:
+                yield ddl
+
+    def _lane_ready(self, conn: Connection, batches: list) -> set[tuple[str, str]]:
+        """The tables of these batches whose every column tuple schema evolution finds the target ready for
+        (checked as the per-event loop checks them, with one row of each; a tuple that needs a DDL leaves its table
+        to that loop)."""
+        tables = {(b.shape.schema, b.shape.table) for b in batches}
+        if self.schema_evolution == "none":
+            return tables
+        ready = self._shape_ready
+        out = set(tables)
+        for b in batches:
+            table = (b.shape.schema, b.shape.table)
+            if table not in out:
+                continue
+            for i, cols in enumerate(b.shape.variants):
+                if _is_ready(ready.get(table), cols):
+                    continue
+                first = pc.index(b.data.column("_var"), i).as_py()
+                if first < 0:
+                    continue
+                ev = lane_apply.RowBatch(b.shape, b.data.slice(first, 1)).to_events()[0]
+                if self._schema_from_stream(conn, ev) is not None:
+                    out.discard(table)
+                    break
+        return out
+
+    def _write_batches(self, conn: Connection, batches: list, progress: dict[tuple[str, str], TableProgress],
+                       stats: ApplyStats, rel: Release) -> None:
+        for (schema, table), bs in lane_apply.by_table(batches).items():
+            target = self.route(schema, table)
+            if target is None:
+                continue
+            try:
+                meta = self.sink.table(conn, *target)
+            except Exception as exc:  # as in _write_rows
+                what = str(exc) if isinstance(exc, ApplyError) else (
+                    f"reading target table {shown(*target)} failed: {db_reason(exc)}")
+                raise ApplyError(f"{what} (upstream table {shown(schema, table)})") from exc
+            aplan = None
+            unified = None
+            tk = (schema, table)
+            if tk not in self._modes:
+                self._modes[tk] = self.write_mode(*tk)
+            if (meta.key and self.aside.idle() and not self.replace_mode and self._modes[tk] == modes.REPLICA
+                    and (self.apply_error_policy(schema, table) or self.on_apply_error) == "stop"):
+                unified = lane_apply.unify(bs)
+            if unified is not None:
+                rows, names, kinds = unified
+                rows, dropped = drop_copies(rows, lane_apply.identity_columns(names),
+                                            lane_apply.probe_columns(bs[0].shape))
+                rel.dropped_copies(dropped)
+                try:
+                    with self.timer.span("plan"):
+                        aplan = plan_arrow(meta, rows, names)
+                        plan = to_batch_plan(meta, aplan, lane_apply.python_values(dict(zip(names, kinds))))
+                except NotColumnar as exc:
+                    log.debug("columnar lane: %s.%s goes per event: %s", schema, table, exc)
+                    aplan = None
+            if aplan is None:
+                events, dropped = lane_apply.window_events([], bs, row_identity)
+                rel.dropped_copies(dropped)
+                self._write_rows(conn, events, progress, stats)  # type: ignore[arg-type]
+                continue
+            self._write_plan(conn, meta, plan, lambda: lane_apply.window_events([], bs, row_identity)[0])
+            n = rows.num_rows
+            self.timer.count("rows_columnar", n)
+            tp = progress.setdefault(tk, TableProgress(*target))
+            self.shards.saw(schema, table)
+            tp.rows += n
+            stats.rows += n
+            stats.tables[tk] = stats.tables.get(tk, 0) + n
 
     # ---- schema from the stream (applier/evolve.py) -----------------------------------------------------
     def _schema_from_stream(self, conn: Connection, ev: RowChange) -> DDL | None:
@@ -275,6 +392,11 @@ class Applier:
             return
         with self.timer.span("plan"):
             plan = plan_batch(meta, changes, replace=self.replace_mode)
+        self._write_plan(conn, meta, plan, lambda: changes)
+
+    def _write_plan(self, conn: Connection, meta: TableMeta, plan: BatchPlan,
+                    changes: Callable[[], list[RowChange]]) -> None:
+        """Write one table's plan; a refusal names the changes (``changes()``: the lane makes them only then)."""
         try:
             with self.timer.span("write"):
                 self.sink.write(conn, plan)
@@ -284,10 +406,11 @@ class Applier:
         except ApplyError:
             raise
         except Exception as exc:
-            first, last = changes[0].position, changes[-1].position
+            evs = changes()
+            first, last = evs[0].position, evs[-1].position
             raise _WriteRefused(
-                f"writing {len(changes)} change(s) of upstream table {shown(changes[0].schema, changes[0].table)} "
-                f"into {meta.display} failed (events from {first} to {last}): {db_reason(exc)}", plan, changes
+                f"writing {len(evs)} change(s) of upstream table {shown(evs[0].schema, evs[0].table)} "
+                f"into {meta.display} failed (events from {first} to {last}): {db_reason(exc)}", plan, evs
             ) from exc
 
     # ---- history and soft-delete modes -----------------------------------------------------------------

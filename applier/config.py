@@ -32,6 +32,7 @@ Example (every key; see ``conf/*.toml``)::
     trigger_interval = "500 ms"           # "<n> ms|millisecond(s)|second(s)|minute(s)"
     max_offsets_per_trigger = 100000      # optional int >= 1
     decode_on = "auto"                    # auto | executors | driver (where Kafka records are decoded)
+    columnar = true                       # Canal-JSON: decode into Arrow batches in the workers and plan on them
 
     [source]
     bootstrap_servers = "127.0.0.1:9092"  # required, "host:port[,host:port]"
@@ -227,6 +228,7 @@ _PIPELINE_KEYS = (
     "trigger_interval",
     "max_offsets_per_trigger",
     "decode_on",
+    "columnar",
 )
 _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "starting_offsets", "start_ts", "kafka",
                 "codec", "max_clock_skew", "retry_seconds")
@@ -398,6 +400,8 @@ class PipelineSettings(_RedactedRepr):
     trigger_interval_ms: int = 500
     max_offsets_per_trigger: int | None = None
     decode_on: str = "auto"  # auto | executors | driver; see decodes_on_executors()
+    # the columnar lane (applier/columnar): Canal-JSON decoded into Arrow batches in the workers, planned on them
+    columnar: bool = True
 
     @property
     def buffer_memory_bytes(self) -> int:
@@ -420,6 +424,7 @@ class PipelineSettings(_RedactedRepr):
             "trigger_interval": self.trigger_interval,
             "max_offsets_per_trigger": self.max_offsets_per_trigger,
             "decode_on": self.decode_on,
+            "columnar": self.columnar,
         }
 
 
@@ -919,6 +924,7 @@ class _Parser:
         interval, interval_ms = self.duration("pipeline.trigger_interval", interval_text)
         max_offsets = self.positive_int(d, p, "max_offsets_per_trigger", None, 100000)
         decode_on = self.choice(d, p, "decode_on", ("auto", "executors", "driver"), "auto")
+        columnar = self.get(d, p, "columnar", bool, hint="columnar = false", default=True)
         return PipelineSettings(
             name=name,
             checkpoint_dir=checkpoint_dir,
@@ -930,6 +936,7 @@ class _Parser:
             trigger_interval_ms=interval_ms,
             max_offsets_per_trigger=max_offsets,
             decode_on=decode_on,
+            columnar=bool(columnar),
         )
 
     def duration(self, key: str, text: str) -> tuple[str, int]:

@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from applier.decode import Decoded, decode_messages
+from applier.decode import Decoded, decode_records
 from applier.events import DecodeError, KafkaMessage
 
 MARKER_NAME = "decoding.json"
@@ -109,7 +109,7 @@ class DriverDecodeGuard:
         self.protocol = protocol
 
     def decode(self, decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool,
-               max_skew_ms: int | None = None) -> Decoded:
+               max_skew_ms: int | None = None, columnar: bool = False) -> Decoded:
         msgs = messages if isinstance(messages, list) else list(messages)
         poison = self.poison
         bad: list[KafkaMessage] = []
@@ -121,7 +121,8 @@ class DriverDecodeGuard:
         if msgs:
             self.marker.arm(msgs)
             try:
-                decoded = decode_messages(decoder, msgs, stop_at_error=stop_at_error, max_skew_ms=max_skew_ms)
+                decoded = decode_records(decoder, msgs, stop_at_error=stop_at_error, max_skew_ms=max_skew_ms,
+                                         columnar=columnar)
             finally:
                 self.marker.disarm()
         else:

@@ -37,6 +37,7 @@ CHUNK_SCHEMA = "chunk binary"
 # Messages per chunk. Bounds a worker's memory (an Open Protocol message holds up to 16 row changes) and the
 # size of one binary cell; chunks are concatenated in the driver, so this does not change what is applied.
 CHUNK_MESSAGES = 2048
+_ARROW_CHUNK_VERSION = 4  # a slice the codec decoded into Arrow batches (applier.columnar.rows.encode_slice)
 _CHUNK_VERSION = 3  # 2: a chunk may carry a fatal error (a decoder's passthrough error, e.g. the registry's);
 # 3: a chunk may leave messages to the driver (decoders with schemas, see encode_worker_chunk)
 
@@ -50,12 +51,15 @@ class Decoded:
     empty: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, partition, offset) without events
     # the bad record (for a decoder that held messages, the held one that turned out bad) and the error
     errors: list[tuple[KafkaMessage, DecodeError]] = field(default_factory=list)
+    # the columnar lane's row batches (applier.columnar.rows.RowBatch): row changes decoded into Arrow arrays
+    batches: list = field(default_factory=list)
 
     def extend(self, other: "Decoded") -> None:
         self.messages += other.messages
         self.events.extend(other.events)
         self.empty.extend(other.empty)
         self.errors.extend(other.errors)
+        self.batches.extend(other.batches)
 
 
 def with_protocol_hint(exc: DecodeError, decoder: Decoder, msg: KafkaMessage) -> DecodeError:
@@ -110,6 +114,31 @@ def decode_messages(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_
                 ev.size = size
         events.extend(evs)
     out.messages = n
+    return out
+
+
+def decode_records(decoder: Decoder, messages: Iterable[KafkaMessage], *, stop_at_error: bool,
+                   max_skew_ms: int | None = None, columnar: bool = False) -> Decoded:
+    """:func:`decode_messages` for the driver, with the columnar lane (``[pipeline] columnar``): a codec with
+    ``decode_arrow`` first takes each partition's records a slice of :data:`CHUNK_MESSAGES` at a time into row
+    batches, as Spark's workers do, and a slice it does not take is decoded record by record. Events come per
+    partition in offset order (the gate takes partitions in any order)."""
+    arrow = getattr(decoder, "decode_arrow", None) if columnar else None
+    if arrow is None:
+        return decode_messages(decoder, messages, stop_at_error=stop_at_error, max_skew_ms=max_skew_ms)
+    per: dict[tuple[str, int], list[KafkaMessage]] = {}
+    for m in messages:
+        per.setdefault((m.topic, m.partition), []).append(m)
+    limit = clock_limit(max_skew_ms)
+    out = Decoded()
+    for msgs in per.values():
+        for lo in range(0, len(msgs), CHUNK_MESSAGES):
+            part = msgs[lo:lo + CHUNK_MESSAGES]
+            s = arrow(part, limit)
+            if s is None:
+                out.extend(decode_messages(decoder, part, stop_at_error=stop_at_error, max_skew_ms=max_skew_ms))
+            else:
+                out.extend(Decoded(s.messages, s.extras, [], [], s.batches))
     return out
 
 
@@ -214,6 +243,16 @@ def encode_worker_chunk(decoder: Any, msgs: Iterable[KafkaMessage], limit: int) 
 
 def _load_chunk(data: bytes, interned: dict[tuple, tuple] | None) -> tuple[Decoded, Leftovers | None]:
     version, *fields = pickle.loads(data)
+    if version == _ARROW_CHUNK_VERSION:
+        from applier.columnar.rows import decode_slice as decode_arrow_slice
+
+        s = decode_arrow_slice(fields[0])
+        if interned is not None:
+            for b in s.batches:
+                variants = tuple(interned.setdefault(cols, cols) for cols in b.shape.variants)
+                if any(v is not w for v, w in zip(variants, b.shape.variants)):
+                    b.shape = replace(b.shape, variants=variants)
+        return Decoded(s.messages, s.extras, [], [], s.batches), None
     if version != _CHUNK_VERSION:
         raise ValueError(f"decoded chunk of format {version}, this applier reads {_CHUNK_VERSION}: the Spark "
                          "workers run another version of the applier than the driver; install the same one")
@@ -395,6 +434,7 @@ class WorkerSpec:
     # a decoder that decodes with schemas: the driver decoder's schema snapshot for this micro-batch
     # (:func:`with_schemas`); not part of the worker decoder's identity (it is seeded with it per batch)
     schemas: Any = field(default=None, repr=False, compare=False)
+    columnar: bool = False  # try the codec's decode_arrow first (applier.columnar; [pipeline] columnar)
 
 
 def with_schemas(spec: WorkerSpec, decoder: Any) -> WorkerSpec:
@@ -454,6 +494,14 @@ def decode_slice(decoder: Decoder, spec: WorkerSpec, msgs: Iterable[KafkaMessage
     """One chunk of a worker (or of a child of :func:`decode_isolated`). Raises what decode_messages raises."""
     if with_schemas:
         return encode_worker_chunk(decoder, msgs, clock_limit(spec.max_skew_ms))
+    arrow = getattr(decoder, "decode_arrow", None) if spec.columnar else None
+    if arrow is not None:
+        msgs = msgs if isinstance(msgs, list) else list(msgs)
+        s = arrow(msgs, clock_limit(spec.max_skew_ms))
+        if s is not None:
+            from applier.columnar.rows import encode_slice
+
+            return pickle.dumps((_ARROW_CHUNK_VERSION, encode_slice(s)), protocol=5)
     return encode_chunk(decode_messages(decoder, msgs, stop_at_error=spec.stop_at_error,
                                         max_skew_ms=spec.max_skew_ms))
 

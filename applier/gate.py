@@ -41,10 +41,14 @@ import os
 import sys
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from applier.events import DDL, Event, Resolved, RowChange
 from applier.spill import Arrivals, Held, RunStore, Taken, TopicPartition
+
+if TYPE_CHECKING:
+    from applier.columnar.held import BatchStore, BatchTaken
+    from applier.columnar.rows import RowBatch
 
 _COMMIT_TS = attrgetter("commit_ts")
 
@@ -98,6 +102,11 @@ def _row_identity(ev: RowChange, key_names: tuple[str, ...]) -> tuple:
     return (_content_hash(content), content[2], ev.schema, ev.table, bk, ak)
 
 
+def row_identity(ev: RowChange) -> tuple:
+    """:func:`_row_identity` with the key names of the event's own columns (for a keyed change)."""
+    return _row_identity(ev, tuple(c.name for c in ev.columns if c.key))
+
+
 def _keyless_identity(ev: RowChange, nth: int) -> tuple:
     """The identity of a change without key columns (a table without a primary or unique key): where it was read
     (topic, partition, offset, and ``nth``, its place among such changes of that one Kafka message), not what it
@@ -106,6 +115,18 @@ def _keyless_identity(ev: RowChange, nth: int) -> tuple:
     TiCDC re-send (another offset) is kept: such tables are at-least-once (README, "Keyless tables")."""
     pos = ev.position
     return ("keyless", pos.topic, pos.partition, pos.offset, nth, _content_hash(_content(ev)))
+
+
+def _max_offset_per_part(parts, offs) -> list[tuple[int, int]]:
+    """Per partition in a batch, its highest offset (a worker's slice is one partition: usually one min/max)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lo, hi = pc.min_max(parts).values()
+    if lo.as_py() == hi.as_py():
+        return [(lo.as_py(), pc.max(offs).as_py())]
+    t = pa.table({"p": parts, "o": offs}).group_by("p", use_threads=False).aggregate([("o", "max")])
+    return list(zip(t.column("p").to_pylist(), t.column("o_max").to_pylist()))
 
 
 @dataclass(frozen=True)
@@ -157,6 +178,9 @@ class Gate:
             self.resolved[tp] = max(self.resolved.get(tp, 0), ts)
         self.stats = {"duplicates_dropped": 0, "ddl_duplicates_dropped": 0, "spills": 0, "spilled_events": 0}
         self._runs = RunStore(gated=gated, budget_bytes=budget_bytes, spill_dir=spill_dir, stats=self.stats)
+        self._budget_bytes = budget_bytes
+        self._spill_dir = spill_dir
+        self._batches: BatchStore | None = None  # row batches of the columnar lane (applier.columnar.held)
         self._held_ddl: set[tuple[int, str, str, str]] = set(seen_ddl)
         # Identities of held row changes per commit ts (see _row_identity), and a heap of those ts: once a ts
         # is applied its whole set goes at once, instead of rebuilding one big set at every forget().
@@ -279,6 +303,61 @@ class Gate:
         if run:
             self._runs.add(run, run_bytes, arrivals)
 
+    def add_batches(self, batches: Iterable["RowBatch"]) -> None:
+        """Take the row batches of one micro-batch (the columnar lane, gated streams only): rows at or below the
+        applied ts are dropped as in :meth:`add`, the rest held as batches. Copies of a change are dropped when
+        they are released (:func:`applier.columnar.held.drop_copies`): they share its commit ts, so one release
+        takes them all. A batch of a table without key columns goes in as events: its copies are told apart by
+        position (:func:`_keyless_identity`), which only the event path keeps."""
+        if not self.gated:
+            raise ValueError("row batches need a gated stream")
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from applier.columnar.held import BatchStore
+
+        from applier.columnar.rows import concat_batches
+
+        same: dict[tuple, list] = {}  # one batch per table, topic, names and kinds: per-batch work is Arrow calls
+        for b in batches:
+            if len(b):
+                sh = b.shape
+                same.setdefault((sh.schema, sh.table, sh.topic, sh.names, sh.kinds), []).append(b)
+        kept = []
+        as_events: list[Event] = []
+        applied = self.applied_ts
+        for group in same.values():
+            try:
+                merged = [concat_batches(group)]
+            except (ValueError, pa.ArrowInvalid):  # a column's Arrow type differs (uint64 in one slice)
+                merged = group
+            for b in merged:
+                d = b.data
+                topic = b.shape.topic
+                for part, top in _max_offset_per_part(d.column("_part"), d.column("_off")):
+                    tp = (topic, part)
+                    self.resolved.setdefault(tp, 0)
+                    if top + 1 > self.next_offsets.get(tp, -1):
+                        self.next_offsets[tp] = top + 1
+                fresh = pc.greater(d.column("_ts"), applied)
+                n = pc.sum(fresh).as_py() or 0
+                if n < len(b):
+                    self.stats["duplicates_dropped"] += len(b) - n
+                    if not n:
+                        continue
+                    b = type(b)(b.shape, d.filter(fresh))
+                if not all(any(c.key for c in cols) for cols in b.shape.variants):
+                    as_events.extend(b.to_events())
+                    continue
+                kept.append(b)
+        if as_events:
+            self.add(as_events)
+        if kept:
+            if self._batches is None:
+                self._batches = BatchStore(budget_bytes=self._budget_bytes, spill_dir=self._spill_dir,
+                                           stats=self.stats)
+            self._batches.add(kept, over_budget=self._runs.memory_bytes)
+
     def note_offset(self, topic: str, partition: int, offset: int) -> None:
         """Record that a message was read even when it produced no event (e.g. routed away, quarantined)."""
         tp = (topic, partition)
@@ -294,11 +373,11 @@ class Gate:
 
     @property
     def held(self) -> int:
-        return self._runs.held
+        return self._runs.held + (self._batches.held if self._batches is not None else 0)
 
     @property
     def memory_bytes(self) -> int:
-        return self._runs.memory_bytes
+        return self._runs.memory_bytes + (self._batches.memory_bytes if self._batches is not None else 0)
 
     @property
     def reached_until_ts(self) -> bool:
@@ -318,6 +397,8 @@ class Gate:
                 if off < out.get(tp, off + 1):
                     out[tp] = off
         self._runs.min_offsets(out)
+        if self._batches is not None:
+            self._batches.min_offsets(out)
         return out
 
     def checkpoint(self) -> dict[TopicPartition, PartitionCheckpoint]:
@@ -352,11 +433,14 @@ class Gate:
                 held_ts = self._upstream_holds()[1]
                 if held_ts is not None:
                     limit = min(limit, held_ts - 1)
-        return Release(self, self._runs.take(limit))
+        return Release(self, self._runs.take(limit),
+                       self._batches.take(limit) if self._batches is not None else None)
 
     def forget(self, rel: Release) -> None:
         """The released events are durably applied: drop them and advance the applied resolved ts."""
         self._runs.forget(rel.finish())
+        if rel.batch_taken is not None and self._batches is not None:
+            self._batches.forget(rel.batch_taken)
         done_ts = rel.upto if self.gated else rel.max_ts
         if done_ts > self.applied_ts:
             self.applied_ts = done_ts
@@ -368,6 +452,8 @@ class Gate:
 
     def close(self) -> None:
         self._runs.close()
+        if self._batches is not None:
+            self._batches.close()
 
 
 class Release:
@@ -376,10 +462,11 @@ class Release:
     It also answers what the apply stage stores with the applied events (:meth:`checkpoint`,
     :attr:`applied_ts`), so that stage works from the release alone."""
 
-    __slots__ = ("upto", "max_ts", "exhausted", "_gate", "_taken", "_iterated")
+    __slots__ = ("upto", "max_ts", "exhausted", "_gate", "_taken", "_iterated", "batch_taken")
 
-    def __init__(self, gate: Gate, taken: Taken) -> None:
+    def __init__(self, gate: Gate, taken: Taken, batch_taken: "BatchTaken | None" = None) -> None:
         self.upto = taken.upto
+        self.batch_taken = batch_taken  # the columnar lane's rows of this release (applier.columnar.held)
         self.max_ts = 0  # highest commit ts iterated: ungated, the applied ts once forgotten
         self.exhausted = False
         self._gate = gate
@@ -410,6 +497,16 @@ class Release:
     def forget(self) -> None:
         """This release is durably applied (see :meth:`Gate.forget`)."""
         self._gate.forget(self)
+
+    def dropped_copies(self, n: int) -> None:
+        """Count copies of changes the apply stage dropped from this release (the columnar lane's)."""
+        if n:
+            self._gate.stats["duplicates_dropped"] += n
+
+    @property
+    def batches(self) -> list["RowBatch"]:
+        """The columnar lane's rows of this release, a batch per held batch it cut (copies not yet dropped)."""
+        return self.batch_taken.batches if self.batch_taken is not None else []
 
     def finish(self) -> Taken:
         """The cut through the held runs, for the gate to drop. A release never iterated is iterated here (the

@@ -149,7 +149,8 @@ def warm_python_workers(spark, settings: Settings, spec: WorkerSpec) -> None:
 
 def worker_spec(settings: Settings) -> WorkerSpec:
     return WorkerSpec(settings.source.protocol, tuple(sorted(settings.source.codec.items())),
-                      stop_at_error=settings.stops_at_decode_error(), max_skew_ms=settings.source.max_clock_skew_ms)
+                      stop_at_error=settings.stops_at_decode_error(), max_skew_ms=settings.source.max_clock_skew_ms,
+                      columnar=settings.pipeline.columnar)
 
 
 def read_messages(df) -> list[KafkaMessage]:
@@ -840,6 +841,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         write_mode=router.write_mode,
         guard=guard, timer=timer, dialect=dialect, until_ts=until_ts,
         schema_evolution=settings.target.schema_evolution, max_skew_ms=settings.source.max_clock_skew_ms,
+        columnar=settings.pipeline.columnar,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]  # when the Spark thread last listed the partitions

@@ -18,7 +18,7 @@ from applier.apply import Applier, ApplyStats
 from applier.clock import UNTRUSTED
 from applier.codecs import Decoder, HoldsMessages, plausible_table, table_of
 from applier.crashguard import DriverDecodeGuard
-from applier.decode import KILLED, Decoded, decode_chunks, decode_messages
+from applier.decode import KILLED, Decoded, decode_chunks, decode_records
 from applier.dialect import Dialect, dialect_for
 from applier.events import DDL, DecodeError, KafkaMessage, RowChange
 from applier.gate import Gate
@@ -54,13 +54,14 @@ class BatchProcessor:
                  write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
                  until_ts: int | None = None, schema_evolution: str = "none",
-                 max_skew_ms: int | None = None) -> None:
+                 max_skew_ms: int | None = None, columnar: bool = False) -> None:
         """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
         ``source.start_ts``, that TSO: :func:`applier.pipeline.seed_start_ts`). ``until_ts`` makes the gate release
         nothing committed after it (``applier run --until-ts``; gated protocols only)."""
         self.timer = timer
         self.decoder = decoder
         self.max_skew_ms = max_skew_ms  # [source] max_clock_skew, for what the driver decodes (applier.clock)
+        self.columnar = columnar  # [pipeline] columnar: what the driver decodes goes the lane's way too
         self.guard = guard  # driver-side decoding under the crash marker (applier.crashguard)
         self.route = route
         self.on_decode_error = on_decode_error  # stop | quarantine | skip, for a message whose table is unknown
@@ -99,10 +100,10 @@ class BatchProcessor:
         t0 = time.perf_counter()
         if self.guard is not None:
             decoded = self.guard.decode(self.decoder, messages, stop_at_error=self.stop_at_error,
-                                        max_skew_ms=self.max_skew_ms)
+                                        max_skew_ms=self.max_skew_ms, columnar=self.columnar)
         else:
-            decoded = decode_messages(self.decoder, messages, stop_at_error=self.stop_at_error,
-                                      max_skew_ms=self.max_skew_ms)
+            decoded = decode_records(self.decoder, messages, stop_at_error=self.stop_at_error,
+                                     max_skew_ms=self.max_skew_ms, columnar=self.columnar)
         return self.process_decoded(decoded, time.perf_counter() - t0)
 
     def process_chunks(self, chunks: Iterable[bytes]) -> BatchReport:
@@ -130,12 +131,15 @@ class BatchProcessor:
         for topic, partition, offset in decoded.empty:
             gate.note_offset(topic, partition, offset)
         events = self._route_events(decoded.events, undecodable)
+        batches = self._route_batches(decoded.batches, events, undecodable)
         rep.messages = decoded.messages
-        rep.events = len(events)
+        rep.events = len(events) + sum(map(len, batches))
         rep.quarantined = len(undecodable)
         rep.untrusted = sum(1 for _bad, exc in decoded.errors if UNTRUSTED in exc.reason)
         t1 = time.perf_counter()
         gate.add(events)
+        if batches:
+            gate.add_batches(batches)
         t2 = time.perf_counter()
         self.batches += 1
         rep.applied = self.applier.apply(gate.release(), undecodable=undecodable)
@@ -194,6 +198,34 @@ class BatchProcessor:
                 if not undecodable[-1].blocks_partition:
                     gate.note_offset(pos.topic, pos.partition, pos.offset)
         return events
+
+    def _route_batches(self, batches: list, events: list, undecodable: list[UndecodableMessage]) -> list:
+        """The row batches whose table a route keeps (the columnar lane): a batch of a table no route keeps is
+        dropped with its offsets noted, as :meth:`_route_events` drops such events; a batch whose table no route can
+        name becomes events for :meth:`_route_events`, which settles its messages."""
+        if not batches:
+            return batches
+        kept = []
+        for b in batches:
+            tk = (b.shape.schema, b.shape.table)
+            keep = self._routed.get(tk)
+            if keep is None:
+                try:
+                    keep = self.route(*tk) is not None
+                except RoutingError as exc:
+                    keep = False
+                    self._unroutable[tk] = exc
+                self._routed[tk] = keep
+            if keep:
+                kept.append(b)
+            elif tk in self._unroutable:
+                events.extend(self._route_events(b.to_events(), undecodable))
+            else:
+                parts = b.data.column("_part").to_pylist()
+                offs = b.data.column("_off").to_pylist()
+                for part, off in set(zip(parts, offs)):
+                    self.gate.note_offset(b.shape.topic, part, off)
+        return kept
 
     def _settle(self, bad: KafkaMessage, exc: DecodeError) -> UndecodableMessage:
         """What the policy in force does with a message that cannot be decoded: stop (raise), or quarantine it

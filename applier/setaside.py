@@ -148,6 +148,11 @@ class SetAside:
                         "list` shows its id)")
         return None
 
+    def idle(self) -> bool:
+        """Nothing is held back (no quarantined key, no undecodable message blocking a table or partition): every
+        change may be written as it comes. Valid after :meth:`load`."""
+        return not (self._blocked or self._blocks)
+
     def hold_blocked(self, conn: Connection, meta: TableMeta, changes: list[RowChange]) -> tuple[list[RowChange], int]:
         """Hold every change of a blocked key, and every change behind an undecodable message (in commit order,
         behind the held ones), whatever the policy in force now: letting it through would overtake the change

@@ -55,10 +55,13 @@ import operator
 from typing import Any, Callable, Iterable, NamedTuple
 
 import orjson
+import pyarrow as pa
 
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
 from applier.codecs.largemsg import LargeMessages, UpstreamRow
+from applier.columnar import values as V
+from applier.columnar.rows import META_TYPES, OP_CODE, ArrowSlice, RowBatch, Shape, build_batch
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 PROTOCOL = "canal-json"
@@ -113,6 +116,51 @@ class _Shape(NamedTuple):
     pk_names: list | None
 
 
+class _RowMessage(NamedTuple):
+    """A row message as :meth:`CanalJSONDecoder._parse` leaves it: checked up to its rows."""
+
+    obj: dict
+    op: Op
+    etype: str
+    schema: str
+    table: str
+    commit_ts: int
+    pos: Any
+    claim_check: Any  # the claim-check location, or None
+    handle_only: bool  # an INSERT/UPDATE with only its handle key (completed from the upstream)
+    size: int  # what _rows divides among the rows
+
+
+class _ColumnGroup:
+    """The rows of one table, topic, column names and kinds in a slice, gathered by
+    :meth:`CanalJSONDecoder.decode_arrow`: per row its position, op, Column tuple and both images' text (the
+    missing image as a row of nulls)."""
+
+    __slots__ = ("schema", "table", "topic", "names", "kinds", "convs", "index", "null_row", "variants", "meta",
+                 "rows", "befores", "afters")
+
+    def __init__(self, schema: str, table: str, topic: str, names: tuple[str, ...], kinds: tuple[str, ...],
+                 convs: list, index: int) -> None:
+        self.schema, self.table, self.topic, self.names, self.kinds = schema, table, topic, names, kinds
+        self.convs, self.index = convs, index  # the first shape's converters (one kind: one conversion)
+        self.null_row = dict.fromkeys(names)
+        self.variants: list[tuple[Column, ...]] = []
+        self.meta: list[tuple[int, ...]] = []  # per message: rows.META's values and its row count
+        self.rows = 0
+        self.befores: list[dict] = []
+        self.afters: list[dict] = []
+
+    def variant(self, columns: tuple[Column, ...]) -> int:
+        for i, v in enumerate(self.variants):
+            if v is columns:
+                return i
+        self.variants.append(columns)
+        return len(self.variants) - 1
+
+    def shape(self) -> Shape:
+        return Shape(self.schema, self.table, self.topic, self.names, self.kinds, tuple(self.variants))
+
+
 # _rows builds RowChange positionally (twice as fast as by keyword); make a reordering of its fields loud.
 if tuple(f.name for f in dataclasses.fields(RowChange))[:9] != (
         "schema", "table", "commit_ts", "op", "before", "after", "columns", "position", "size"):
@@ -127,6 +175,19 @@ def _all_str(items: list) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _names(obj: dict) -> tuple[str, str]:
+    """A message's ``database`` and ``table`` ("" when absent or null); anything but a string is malformed."""
+    schema = obj.get("database", "")
+    table = obj.get("table", "")
+    if schema is None:
+        schema = ""
+    if table is None:
+        table = ""
+    if type(schema) is not str or type(table) is not str:
+        raise _Bad("'database' and 'table' must be strings")
+    return schema, table
 
 
 def _converter_for(base: str) -> Callable[[Any], Any]:
@@ -185,6 +246,7 @@ class CanalJSONDecoder:
         # (names, converters) -> generated row converter
         self._recent: dict[tuple[str, str], list[_Shape]] = {}
         self._row_converters: dict[tuple, Callable[[Iterable[Any]], dict[str, Any]]] = {}
+        self._kinds: dict[int, tuple[_Shape, tuple[str, ...] | None]] = {}  # decode_arrow: Arrow kinds per shape
 
     def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
         """The table of an undecodable message: its ``database`` and ``table`` fields, when the JSON parses."""
@@ -204,9 +266,23 @@ class CanalJSONDecoder:
     # -- internals ------------------------------------------------------------------------------------------
 
     def _decode(self, msg: KafkaMessage) -> list:
+        got = self._parse(msg)
+        if type(got) is list:
+            return got
+        obj, op, etype, schema, table, commit_ts, pos, loc, handle_only, size = got
+        if loc is not None:
+            return self._claim_checked(obj, loc, op, etype, schema, table, commit_ts, pos, size)
+        if handle_only:
+            return self._from_upstream(obj, op, schema, table, commit_ts, pos, size)
+        return self._rows(obj, op, schema, table, commit_ts, pos, size)
+
+    def _parse(self, msg: KafkaMessage) -> "list | _RowMessage":
+        """One record up to its rows: the events of a watermark or DDL message, or a row message's fields (its
+        rows not yet converted), so that :meth:`_decode` and :meth:`decode_arrow` read a message alike."""
         value = msg.value
         if value is None or len(value) == 0:
             raise _Bad("empty value (a tombstone?); every canal-json message is a JSON object")
+        raw_size = len(value)
         if self._compressed:
             value = self._large.decompress(value, "value")
         try:
@@ -246,14 +322,7 @@ class CanalJSONDecoder:
             return [Resolved(ts=ts, position=pos)]
 
         commit_ts = self._commit_ts(tidb)
-        schema = obj.get("database", "")
-        table = obj.get("table", "")
-        if schema is None:
-            schema = ""
-        if table is None:
-            table = ""
-        if type(schema) is not str or type(table) is not str:
-            raise _Bad("'database' and 'table' must be strings")
+        schema, table = _names(obj)
 
         if is_ddl:
             query = obj.get("sql")
@@ -267,10 +336,135 @@ class CanalJSONDecoder:
             raise _Bad(f"unknown message type {etype!r:.40} (isDdl=false)")
         loc = tidb.get("claimCheckLocation")
         if loc is not None and loc != "":
-            return self._claim_checked(obj, loc, op, etype, schema, table, commit_ts, pos, len(msg.value or b""))
+            return _RowMessage(obj, op, etype, schema, table, commit_ts, pos, loc, False, raw_size)
         if tidb.get("onlyHandleKey") is True and op is not Op.DELETE:
-            return self._from_upstream(obj, op, schema, table, commit_ts, pos, len(msg.value or b""))
-        return self._rows(obj, op, schema, table, commit_ts, pos, len(value))
+            return _RowMessage(obj, op, etype, schema, table, commit_ts, pos, None, True, raw_size)
+        return _RowMessage(obj, op, etype, schema, table, commit_ts, pos, None, False, len(value))
+
+    # -- whole slices as columns (Spark's Python workers) -----------------------------------------------------
+
+    def decode_arrow(self, msgs: list[KafkaMessage], limit: int) -> ArrowSlice | None:
+        """A slice of records decoded straight into Arrow record batches per shape
+        (:class:`applier.columnar.rows.ArrowSlice`), or None when any record is not a plain row or watermark message
+        or any value is not one :mod:`applier.columnar.values` converts: then the caller decodes the slice record
+        by record with :meth:`decode`, which also names whatever is wrong. Watermarks and DDL messages are kept
+        as events in their place (``extras``).
+
+        It gives what :meth:`decode` of each record gives (:meth:`ArrowSlice.to_events`), ``size`` as
+        :func:`applier.decode.decode_messages` sets it, and every ts checked against ``limit``
+        (:func:`applier.clock.clock_limit`). Each row's column names must be its message's first row's, in the same
+        order, and an UPDATE's ``old`` must name every column too (a TiCDC default; only-updated-columns ``old``
+        images, DDL, claim-check and handle-key-only rows and compressed streams go record by record).
+        tests/unit/test_canal_arrow.py holds the two paths equal."""
+        if self._compressed or not self.gated:
+            return None
+        groups: dict[tuple, _ColumnGroup] = {}
+        order: list[int] = []
+        extras: list = []
+        insert_op, update_op, delete_op = Op.INSERT, Op.UPDATE, Op.DELETE
+        try:
+            loads, row_types = orjson.loads, ROW_TYPES
+            for msg in msgs:
+                # A plain row message is read here with _parse's rules for one (anything else goes through _parse):
+                # JSON object, '_tidb' object, 'type' a row type, 'isDdl' false or absent, 'commitTs' an int
+                # trusted under the limit, 'database'/'table' strings (null: ""), no claim-check location and no
+                # handle-key-only INSERT/UPDATE.
+                obj = loads(msg.value)
+                etype = obj.get("type") if type(obj) is dict else None
+                op = row_types.get(etype) if type(etype) is str else None
+                tidb = obj.get("_tidb") if op is not None else None
+                if type(tidb) is not dict or obj.get("isDdl", False) is not False:
+                    got = self._parse(msg)
+                    if type(got) is not list:
+                        return None  # a row message this path does not read (the record path says why)
+                    ev = got[0]
+                    if type(ev) is Resolved:
+                        if not 0 <= ev.ts <= limit:
+                            return None
+                    elif type(ev) is DDL:  # kept as an event in its place, sized as decode_messages sizes it
+                        if not 0 <= ev.commit_ts <= limit:
+                            return None
+                        ev.size = len(msg.value or b"") + len(msg.key or b"")
+                    else:
+                        return None
+                    order.append(-1)
+                    extras.append(ev)
+                    continue
+                commit_ts = tidb.get("commitTs")
+                if type(commit_ts) is not int or not 0 <= commit_ts <= limit:
+                    return None
+                schema, table = _names(obj)  # (raises for a non-string: the slice goes record by record)
+                loc = tidb.get("claimCheckLocation")
+                if (loc is not None and loc != "") or (op is not delete_op and tidb.get("onlyHandleKey") is True):
+                    return None
+                shape, data, old = self._rows_head(obj, op, schema, table)
+                names = shape.names
+                if shape.convert is None:
+                    return None
+                for row in data:
+                    if type(row) is not dict or tuple(row) != names:
+                        return None
+                if op is update_op:
+                    for row in old:
+                        if type(row) is not dict or tuple(row) != names:
+                            return None
+                kinds = self._kinds.get(id(shape))
+                if kinds is None or kinds[0] is not shape:
+                    ks = tuple(V.kind_of(shape.convs[n]) for n in names)
+                    if len(self._kinds) >= _SHAPE_CACHE_LIMIT:
+                        self._kinds.clear()
+                    kinds = self._kinds[id(shape)] = (shape, None if None in ks else ks)
+                if kinds[1] is None:
+                    return None
+                topic = msg.topic
+                k = (schema, table, topic, names, kinds[1])
+                g = groups.get(k)
+                if g is None:
+                    g = groups[k] = _ColumnGroup(schema, table, topic, names, kinds[1],
+                                                 [shape.convs[n] for n in names], len(groups))
+                n = len(data)
+                g.meta.append((commit_ts, msg.partition, msg.offset,
+                               (len(msg.value or b"") + len(msg.key or b"")) // n, OP_CODE[op],
+                               g.variant(shape.columns), n))
+                g.rows += n
+                if op is insert_op:
+                    g.befores.extend([g.null_row] * n)
+                    g.afters.extend(data)
+                elif op is delete_op:
+                    g.befores.extend(data)
+                    g.afters.extend([g.null_row] * n)
+                else:  # before = the data row overlaid with old, which names every column in the same order: old
+                    g.befores.extend(old)
+                    g.afters.extend(data)
+                order.extend([g.index] * n)
+            columns = V.SliceColumns()
+            shaped = []
+            for g in groups.values():
+                b = columns.add_all(g.kinds, g.convs, list(zip(*map(dict.values, g.befores))))
+                a = columns.add_all(g.kinds, g.convs, list(zip(*map(dict.values, g.afters))))
+                shaped.append((g, b, a))
+            arrays = columns.convert()
+            metas = [[] for _ in META_TYPES]
+            for g, _, _ in shaped:
+                if g.rows == len(g.meta):  # one row per message (TiCDC's own): the records are the columns
+                    for m, v in zip(metas, zip(*g.meta)):
+                        m.extend(v)
+                else:
+                    for rec in g.meta:
+                        n = rec[6]
+                        for m, v in zip(metas, rec):
+                            m.extend((v,) * n)
+            meta_arrays = [pa.array(v, t) for v, t in zip(metas, META_TYPES)]
+            out = []
+            at = 0
+            for g, b, a in shaped:
+                n = g.rows
+                out.append(build_batch(g.shape(), [m.slice(at, n) for m in meta_arrays], [arrays[i] for i in b],
+                                       [arrays[i] for i in a]))
+                at += n
+        except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
+            return None
+        return ArrowSlice(len(msgs), order, out, extras)
 
     # -- large messages (applier.codecs.largemsg) ---------------------------------------------------------------
 
@@ -325,8 +519,8 @@ class CanalJSONDecoder:
             raise _Bad(f"'_tidb.commitTs' must be a non-negative integer (got {ts!r:.40})")
         return ts
 
-    def _rows(self, obj: dict, op: Op, schema: str, table: str, commit_ts: int, pos: Any,
-              size: int) -> list:
+    def _rows_head(self, obj: dict, op: Op, schema: str, table: str) -> tuple["_Shape", list, Any]:
+        """A row message's shape, ``data`` and ``old``, checked."""
         data = obj.get("data")
         if type(data) is not list or not data:
             raise _Bad(f"{op.name} message has no rows in 'data'")
@@ -352,7 +546,11 @@ class CanalJSONDecoder:
         first = data[0]
         if type(first) is not dict:
             raise _Bad("'data' rows must be objects")
-        shape = self._shape(schema, table, first, mysql_types, sql_types, pk_names)
+        return self._shape(schema, table, first, mysql_types, sql_types, pk_names), data, old
+
+    def _rows(self, obj: dict, op: Op, schema: str, table: str, commit_ts: int, pos: Any,
+              size: int) -> list:
+        shape, data, old = self._rows_head(obj, op, schema, table)
         cols = shape.columns
         convs = shape.convs
         convert = shape.convert

@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--decode-on", choices=("auto", "executors", "driver"), default="auto",
                    help="[pipeline] decode_on: where Kafka records are decoded")
+    p.add_argument("--columnar", action=argparse.BooleanOptionalAction, default=None,
+                   help="[pipeline] columnar (default: the product's default)")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra SparkSession setting")
     p.add_argument("--profile", metavar="FILE", help="cProfile every micro-batch into FILE (pstats) and print the top")
     p.add_argument("--keep", action="store_true", help="keep the topic and the target schema (and print how to "
@@ -577,7 +579,8 @@ def applier_config(a: argparse.Namespace, *, name: str, ckpt: Path, kafka: str, 
     """The in-process run's config, with the bench's tuning (--whole-process derives its own from it)."""
     return {
         "pipeline": {"name": name, "checkpoint_dir": str(ckpt), "max_offsets_per_trigger": a.max_offsets_per_trigger,
-                     "buffer_memory_mb": a.buffer_mb, "decode_on": a.decode_on},
+                     "buffer_memory_mb": a.buffer_mb, "decode_on": a.decode_on,
+                     **({} if getattr(a, "columnar", None) is None else {"columnar": a.columnar})},
         "source": {"bootstrap_servers": kafka, "topics": [topic], "protocol": a.protocol},
         "target": {"url": url, "batch_rows": a.batch_rows},
         "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
@@ -657,6 +660,7 @@ SERVICE_URL_ENV = {"mariadb": "APPLIER_MARIADB_URL", "postgres": "APPLIER_PG_URL
 #: (section, key, bench option): the in-process run's tuning, which a plain `applier run` does not have
 BENCH_TUNING = (("pipeline", "max_offsets_per_trigger", "max_offsets_per_trigger"),
                 ("pipeline", "buffer_memory_mb", "buffer_mb"), ("pipeline", "decode_on", "decode_on"),
+                ("pipeline", "columnar", "columnar"),
                 ("target", "batch_rows", "batch_rows"))
 STDERR_TAIL_LINES = 40
 _BATCH_LINE = re.compile(r"\bbatch \d+: \d+ messages, (\d+) rows, (\d+) DDL")
@@ -998,6 +1002,7 @@ def run_bench(a: argparse.Namespace, log=None) -> dict[str, Any]:
         "rows_written": written,
         "rows_upserted": clock.rows_upserted,
         "rows_deleted": clock.rows_deleted,
+        "rows_columnar": clock.counts.get("rows_columnar", 0),
         "ddls": applied.ddls,
         "transactions": applied.transactions,
         "events_per_s": e2e_events_s,
@@ -1097,6 +1102,8 @@ def format_report(r: dict[str, Any]) -> str:
     if "rows_written" in ap:  # counted by the stage clock: in-process only
         lines.append(f"  rows written/s             {_num(ap['rows_written_per_s']):>14}   ({ap['rows_written']:,} "
                      f"rows after per-key collapse: {ap['rows_upserted']:,} upserts, {ap['rows_deleted']:,} deletes)")
+    if ap.get("rows_columnar"):
+        lines.append(f"  row changes, columnar lane {ap['rows_columnar']:>14,}   (applier/columnar; the rest went per event)")
     lines += [
         f"  messages/s                 {_num(ap['messages_per_s']):>14}   ({ap['batches']} micro-batches)",
         f"  raw bulk load rows/s       {_num(bl['rows_per_s']):>14}   ({bl['method']})",

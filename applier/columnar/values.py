@@ -1,0 +1,227 @@
+"""MySQL text values -> Arrow arrays, exactly as the codecs' per-value converters would give them.
+
+A codec decodes a column of a slice at once: the values of one column of one table shape, as the protocol
+carries them (text, or null). :func:`column_array` turns them into one Arrow array whose values, read back
+(:func:`to_python`), are exactly what the codec's converter (:mod:`applier.mysql_values`, via the codec) gives
+for each value, type included, or raises :class:`Refused`: the caller then decodes the slice record by record,
+which also names a bad value. Each kind says why its conversion is exact:
+
+* ``int`` (integer types, YEAR, BIT, ENUM ordinals, SET bitmasks): the converter's fast form is ``int(text)``
+  (:func:`applier.mysql_values.set_fast_form` contract), run as one C-level ``map``; int64, or uint64 when a
+  value is beyond int64 (an unsigned BIGINT).
+* ``float`` (FLOAT, DOUBLE): :func:`~applier.mysql_values.parse_float` is ``float(text)`` refused when not
+  finite: the same ``map(float)``, then one finiteness check over the array.
+* ``str`` (character types, JSON, ENUM/SET names): the text itself.
+* ``bytes`` (binary types): the converter's fast form (``text.encode("latin-1")`` for Canal-JSON).
+* ``decimal``: kept as its text, which :func:`~applier.mysql_values.parse_decimal` turns into the Decimal (scale
+  included) wherever a Python value is needed; taken only when every value matches ``-?digits[.digits]``, which
+  Decimal always accepts as a finite number.
+* ``date`` / ``datetime`` (DATE; DATETIME, TIMESTAMP): Arrow's parse (date32 / timestamp[us]), taken only when
+  every value has the exact shape the converter checks first (``YYYY-MM-DD[ HH:MM:SS[.f{1,6}]]`` in ASCII
+  digits), no year 0000 (a zero date stays text in the converter), and every part of Arrow's value equals the
+  part in the text: Arrow's values are always valid dates and times, so the text's parts were in range and
+  ``fromisoformat`` gives the same value.
+
+Anything else (TIME, zero dates, a date-only DATETIME, converters without a kind here) is refused.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from applier import mysql_values as T
+
+_FAST_FORM = T._FAST_FORM  # the attribute set_fast_form stores (value type, fast function)
+
+_DATE_RE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_DATETIME_RE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?$"
+_DECIMAL_RE = r"^-?[0-9]+(\.[0-9]+)?$"
+
+INT, FLOAT, STR, BYTES, DECIMAL, DATE, DATETIME = "int", "float", "str", "bytes", "decimal", "date", "datetime"
+
+
+class Refused(ValueError):
+    """These values are not converted here (the slice is decoded record by record instead)."""
+
+
+def kind_of(conv: Callable[[Any], Any]) -> str | None:
+    """How a converter's column is held in Arrow (see the module docstring), or None when it is not."""
+    if conv is T.parse_float:
+        return FLOAT
+    if conv is T.parse_decimal:
+        return DECIMAL
+    if conv is T.parse_date:
+        return DATE
+    if conv is T.parse_datetime:
+        return DATETIME
+    form = getattr(conv, _FAST_FORM, None)
+    if form is None or form[0] is not str:
+        return None
+    fast = form[1]
+    if fast is None:
+        return STR
+    if fast is int:
+        return INT
+    if getattr(fast, "__name__", "") == "methodcaller" or type(fast).__name__ == "methodcaller":
+        return BYTES if _gives_bytes(fast) else None
+    return None
+
+
+def _gives_bytes(fast: Callable[[str], Any]) -> bool:
+    try:
+        return type(fast("a")) is bytes
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def column_array(kind: str, conv: Callable[[Any], Any], values: Sequence[Any]) -> pa.Array:
+    """The Arrow array of one column's protocol values (nulls stay null), or :class:`Refused`."""
+    kinds = set(map(type, values))
+    has_null = type(None) in kinds
+    kinds.discard(type(None))
+    if kinds and kinds != {str}:
+        raise Refused(f"values of types {sorted(k.__name__ for k in kinds)}, not text")
+    if kind == STR:
+        return pa.array(values, pa.string())
+    if kind == INT or kind == BYTES:
+        fast = getattr(conv, _FAST_FORM)[1]
+        py = [None if v is None else fast(v) for v in values] if has_null else list(map(fast, values))
+        if kind == BYTES:
+            return pa.array(py, pa.binary())
+        try:
+            return pa.array(py, pa.int64())
+        except (OverflowError, pa.ArrowInvalid):
+            try:
+                return pa.array(py, pa.uint64())
+            except (OverflowError, pa.ArrowInvalid):
+                raise Refused("an integer beyond 64 bits") from None
+    if kind == FLOAT:
+        py = [None if v is None else float(v) for v in values] if has_null else list(map(float, values))
+        arr = pa.array(py, pa.float64())
+        if arr.null_count < len(arr) and not pc.all(pc.is_finite(arr)).as_py():
+            raise Refused("a float that is not finite")
+        return arr
+    text = pa.array(values, pa.string())
+    if kind == DECIMAL:
+        if text.null_count < len(text) and not pc.all(pc.match_substring_regex(text, _DECIMAL_RE)).as_py():
+            raise Refused("decimal text of another shape")
+        return text
+    if kind == DATE:
+        return _checked_temporal(text, _DATE_RE, pa.date32(), False)
+    if kind == DATETIME:
+        return _checked_temporal(text, _DATETIME_RE, pa.timestamp("us"), True)
+    raise Refused(f"no Arrow kind {kind!r}")
+
+
+def _checked_temporal(text: pa.Array, regex: str, typ: pa.DataType, with_time: bool) -> pa.Array:
+    if text.null_count == len(text):
+        return pa.nulls(len(text), typ)
+    valid = text.drop_null()
+    if not pc.all(pc.match_substring_regex(valid, regex)).as_py():
+        raise Refused("temporal text of another shape")
+    if pc.any(pc.starts_with(valid, "0000")).as_py():
+        raise Refused("year 0000 (a zero date stays text)")
+    try:
+        if with_time:
+            got = pc.strptime(pc.utf8_slice_codeunits(text, 0, 19), "%Y-%m-%d %H:%M:%S", "us")
+        else:
+            got = pc.strptime(text, "%Y-%m-%d", "s").cast(pa.timestamp("s"))
+    except pa.ArrowInvalid:
+        raise Refused("temporal text Arrow does not parse") from None
+    parts = [(0, 4, pc.year), (5, 7, pc.month), (8, 10, pc.day)]
+    if with_time:
+        parts += [(11, 13, pc.hour), (14, 16, pc.minute), (17, 19, pc.second)]
+    for lo, hi, part in parts:
+        written = pc.cast(pc.utf8_slice_codeunits(text, lo, hi), pa.int64())
+        if not pc.all(pc.equal(written, pc.cast(part(got), pa.int64()))).as_py():
+            raise Refused("a date or time part out of range")
+    if not with_time:
+        return got.cast(pa.timestamp("s")).cast(pa.date32())
+    frac = pc.utf8_slice_codeunits(text, 20, 26)  # "" without a fraction
+    micros = pc.cast(pc.if_else(pc.equal(frac, ""), "0", pc.utf8_rpad(frac, 6, "0")), pa.int64())
+    base = pc.cast(got, pa.int64())
+    return pc.cast(pc.add(base, micros), pa.timestamp("us"))
+
+
+def to_python(kind: str, conv: Callable[[Any], Any], arr: pa.Array) -> list[Any]:
+    """The Python values of a column this module made: what the converter gives for each original value. Dates and
+    datetimes go through numpy (``astype(object)`` makes the same ``date``/``datetime`` objects as ``to_pylist``,
+    about eight times faster)."""
+    if kind == DECIMAL:
+        return [None if v is None else Decimal(v) for v in arr.to_pylist()]
+    if (kind == DATE or kind == DATETIME) and len(arr) and not pa.types.is_null(arr.type):
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if kind == DATE:
+            np_arr = arr.cast(pa.int32()).fill_null(0).to_numpy(zero_copy_only=False).astype("datetime64[D]")
+        else:  # (fill_null first: with nulls, to_numpy would make floats of the ints)
+            np_arr = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False).astype("datetime64[us]")
+        out = np_arr.astype(object).tolist()
+        if arr.null_count:
+            valid = arr.is_valid().to_numpy(zero_copy_only=False)
+            out = [v if ok else None for v, ok in zip(out, valid)]
+        return out
+    return arr.to_pylist()
+
+
+
+
+_BATCHED = frozenset({INT, FLOAT, STR, BYTES, DECIMAL, DATE, DATETIME})
+
+
+class SliceColumns:
+    """The columns of a whole slice (every group's, both images), converted together: a kind whose checks are
+    Arrow compute calls (floats, decimals, dates, datetimes) is checked once over all its columns, because a
+    call costs about as much for 50 values as for 5000 and a slice holds many small groups."""
+
+    def __init__(self) -> None:
+        self._cols: list[tuple[str, Any, Sequence[Any]]] = []
+
+    def add(self, kind: str, conv: Callable[[Any], Any], values: Sequence[Any]) -> int:
+        """Register one column; its array will be ``convert()[returned index]``."""
+        self._cols.append((kind, conv, values))
+        return len(self._cols) - 1
+
+    def add_all(self, kinds: Sequence[str], convs: Sequence[Callable[[Any], Any]],
+                columns: Sequence[Sequence[Any]]) -> list[int]:
+        return list(map(self.add, kinds, convs, columns))
+
+    def convert(self) -> list[pa.Array]:
+        """Every registered column's array, or :class:`Refused`."""
+        out: list[pa.Array | None] = [None] * len(self._cols)
+        together: dict[str, list[int]] = {}
+        for i, (kind, conv, values) in enumerate(self._cols):
+            if kind in _BATCHED:
+                together.setdefault(kind, []).append(i)
+            else:
+                out[i] = column_array(kind, conv, values)
+        for kind, idx in together.items():
+            merged: list[Any] = []
+            for i in idx:
+                merged.extend(self._cols[i][2])
+            if kind in (INT, BYTES):  # one fast form for all: the converters differ only by the codec's own rules
+                forms = {getattr(self._cols[i][1], _FAST_FORM) for i in idx}
+                if len(forms) != 1:
+                    for i in idx:
+                        out[i] = column_array(kind, self._cols[i][1], self._cols[i][2])
+                    continue
+            try:
+                whole = column_array(kind, self._cols[idx[0]][1], merged)
+                if whole.type == pa.uint64():
+                    raise Refused("an integer beyond int64 in one of the columns")
+            except Refused:
+                if kind != INT:
+                    raise
+                for i in idx:  # a uint64 column among int64 ones: each its own type
+                    out[i] = column_array(kind, self._cols[i][1], self._cols[i][2])
+                continue
+            at = 0
+            for i in idx:
+                n = len(self._cols[i][2])
+                out[i] = whole.slice(at, n)
+                at += n
+        return out  # type: ignore[return-value]

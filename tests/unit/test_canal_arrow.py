@@ -1,0 +1,392 @@
+"""The columnar lane's Canal-JSON decoder and gate against the per-record path (issue 25, point 7).
+
+``CanalJSONDecoder.decode_arrow`` must give, for every slice it takes, exactly the events ``decode`` gives record by
+record (and take none it cannot give exactly); the gate holding row batches must release, window by window, the
+same changes in the same order as the gate holding events, with the same restart offsets.
+"""
+
+from __future__ import annotations
+
+import random
+from decimal import Decimal
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from applier.clock import clock_limit
+from applier.codecs import get_decoder
+from applier.columnar import values as V
+from applier.columnar.apply import window_events
+from applier.decode import decode_messages
+from applier.events import DecodeError, KafkaMessage, Resolved, RowChange
+from applier.gate import Gate, row_identity
+from tests.e2e import ticdc_real
+
+LIMIT = clock_limit(None)
+TOPIC = "t"
+
+
+def _bench_messages(events: int = 3000, seed: int = 1) -> list[KafkaMessage]:
+    from applier.devtools.bench_stream import generate_bench
+
+    w = generate_bench("canal-json", events=events, big_txn_rows=events // 10, seed=seed)
+    offsets: dict[int, int] = {}
+    out = []
+    for part, key, value in w.messages():
+        off = offsets.get(part, 0)
+        offsets[part] = off + 1
+        out.append(KafkaMessage(TOPIC, part, off, key, value))
+    return out
+
+
+def _with_watermarks(msgs: list[KafkaMessage], every: int) -> list[KafkaMessage]:
+    """``msgs`` with a TIDB_WATERMARK after every ``every`` records of each partition, each as high as the stream
+    allows there (one below the lowest commit ts still to come in that partition), offsets renumbered: so that
+    releases cut through held row batches."""
+    out = []
+    for part, ms in _per_partition(msgs).items():
+        ts = [orjson.loads(m.value).get("_tidb", {}).get("commitTs") for m in ms]
+        low_after = [0] * len(ms)
+        low = None
+        for i in range(len(ms) - 1, -1, -1):
+            low_after[i] = low
+            if ts[i] is not None and not orjson.loads(ms[i].value).get("isDdl"):
+                low = ts[i] if low is None else min(low, ts[i])
+        off = 0
+        for i, m in enumerate(ms):
+            out.append(KafkaMessage(m.topic, part, off, m.key, m.value))
+            off += 1
+            if (i + 1) % every == 0 and low_after[i] is not None:
+                wm = {"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False, "type": "TIDB_WATERMARK",
+                      "es": 0, "ts": 0, "sql": "", "sqlType": None, "mysqlType": None, "data": None, "old": None,
+                      "_tidb": {"watermarkTs": low_after[i] - 1}}
+                out.append(KafkaMessage(m.topic, part, off, None, orjson.dumps(wm)))
+                off += 1
+    return out
+
+
+def _per_partition(msgs: list[KafkaMessage]) -> dict[int, list[KafkaMessage]]:
+    out: dict[int, list[KafkaMessage]] = {}
+    for m in msgs:
+        out.setdefault(m.partition, []).append(m)
+    return out
+
+
+def _slices(msgs: list[KafkaMessage], size: int) -> list[list[KafkaMessage]]:
+    return [ms[i:i + size] for ms in _per_partition(msgs).values() for i in range(0, len(ms), size)]
+
+
+def _record_by_record(msgs: list[KafkaMessage]) -> list:
+    return decode_messages(get_decoder("canal-json"), msgs, stop_at_error=True).events
+
+
+def _check_slices(slices: list[list[KafkaMessage]]) -> tuple[int, int]:
+    dec = get_decoder("canal-json")
+    taken = refused = 0
+    for s in slices:
+        got = dec.decode_arrow(s, LIMIT)
+        if got is None:
+            refused += 1
+            continue
+        taken += 1
+        assert got.messages == len(s)
+        assert got.to_events() == _record_by_record(s)
+    return taken, refused
+
+
+def test_bench_stream_every_row_slice_is_taken_and_equal():
+    msgs = _bench_messages()
+    taken, refused = _check_slices(_slices(msgs, 64))
+    assert taken > 40 and refused == 0  # DDL messages are kept as events in their place
+
+
+@pytest.mark.parametrize("variant", ["canal-json", "canal-json-index-value"])
+def test_real_ticdc_stream_equal_where_taken(variant):
+    msgs = ticdc_real.messages(variant, TOPIC)
+    taken, _ = _check_slices(_slices(msgs, 1) + _slices(msgs, 5))
+    assert taken > 10  # the lane takes plain rows of TiCDC's own encoder
+
+
+_ODD_TEXT = [" 5", "5_0", "+7", "٣", "1e999", "nan", "-0", "00012", "0000-00-00 00:00:00", "2024-02-30 00:00:00",
+             "2024-02-29 23:59:59.5", "2023-02-29", "24:00:00", "2024-01-01 24:00:00", "2024-01-01", "9999-12-31",
+             "0001-01-01 00:00:00.000001", "1.10", "-0.00", ".5", "5.", "1e3", "", "abc", "\u00ff\u00fe", "\u0100",
+             "18446744073709551615", "18446744073709551616", "-9223372036854775809", "NULL", None, 5, 1.5, True,
+             ["x"], {"a": 1}]
+
+
+def _mutate(rng: random.Random, value: bytes) -> bytes:
+    obj = orjson.loads(value)
+    if obj.get("isDdl") or obj.get("type") == "TIDB_WATERMARK":
+        return value
+    how = rng.randrange(10)
+    rows = obj.get("data") or [{}]
+    row = rng.choice(rows + (obj.get("old") or []))
+    if how <= 4 and row:
+        row[rng.choice(list(row))] = rng.choice(_ODD_TEXT)
+    elif how == 5 and row:
+        del row[rng.choice(list(row))]
+    elif how == 6 and row:
+        items = list(row.items())
+        rng.shuffle(items)
+        row.clear()
+        row.update(items)
+    elif how == 7:
+        obj["_tidb"]["commitTs"] = rng.choice([-1, 2 ** 63, "1", 1.0, None])
+    elif how == 8:
+        obj[rng.choice(["data", "old", "mysqlType", "sqlType", "pkNames", "type", "database"])] = rng.choice(
+            [None, [], {}, "x", 1, [None]])
+    else:
+        obj["_tidb"][rng.choice(["onlyHandleKey", "claimCheckLocation"])] = rng.choice([True, "s3://x", 1, ""])
+    return orjson.dumps(obj)
+
+
+def test_mutated_messages_are_refused_or_equal():
+    rng = random.Random(7)
+    msgs = [m for m in _bench_messages(1500) if m.partition == 0][:400]
+    dec = get_decoder("canal-json")
+    taken = 0
+    for trial in range(400):
+        s = list(msgs[rng.randrange(0, len(msgs) - 8):][:8])
+        i = rng.randrange(len(s))
+        m = s[i]
+        s[i] = KafkaMessage(m.topic, m.partition, m.offset, m.key, _mutate(rng, m.value))
+        got = dec.decode_arrow(s, LIMIT)
+        try:
+            want = _record_by_record(s)
+        except DecodeError:
+            assert got is None, f"trial {trial}: the lane took a slice the decoder refuses"
+            continue
+        if got is not None:
+            taken += 1
+            assert got.to_events() == want, f"trial {trial}"
+    assert taken > 50
+
+
+def test_untrusted_ts_is_left_to_the_record_path():
+    msgs = [m for m in _bench_messages(600) if m.partition == 0][20:40]
+    dec = get_decoder("canal-json")
+    assert dec.decode_arrow(msgs, LIMIT) is not None
+    assert dec.decode_arrow(msgs, 1) is None
+
+
+# ---- values ---------------------------------------------------------------------------------------------------
+
+from applier import mysql_values as T  # noqa: E402
+
+
+@pytest.mark.parametrize("kind, conv, texts", [
+    (V.DATETIME, T.parse_datetime, ["2024-02-29 23:59:59", "2024-01-01 00:00:00.5", "0001-01-01 00:00:00.000001",
+                                    "9999-12-31 23:59:59.999999", None]),
+    (V.DATE, T.parse_date, ["2024-02-29", "0001-01-01", "9999-12-31", None]),
+    (V.DECIMAL, T.parse_decimal, ["1.10", "-0.00", "12345678901234567890.123456789", "0", None]),
+    (V.FLOAT, T.parse_float, ["1.5", "-0", "1e300", "3.4028235e+38", "0.1", None]),
+    (V.INT, T.parse_int, ["0", "-9223372036854775808", "9223372036854775807", None]),
+    (V.INT, T.parse_int, ["18446744073709551615", "1"]),
+])
+def test_values_give_what_the_converter_gives(kind, conv, texts):
+    arr = V.column_array(kind, conv, texts)
+    got = V.to_python(kind, conv, arr)
+    want = [None if t is None else conv(t) for t in texts]
+    assert [(type(g), g) for g in got] == [(type(w), w) for w in want]
+    if kind == V.DECIMAL:
+        assert [str(g) for g in got if g is not None] == [str(w) for w in want if w is not None]
+
+
+@pytest.mark.parametrize("kind, conv, text", [
+    (V.DATETIME, T.parse_datetime, "0000-00-00 00:00:00"), (V.DATETIME, T.parse_datetime, "2024-02-30 00:00:00"),
+    (V.DATETIME, T.parse_datetime, "2024-01-01 24:00:00"), (V.DATETIME, T.parse_datetime, "2024-01-01"),
+    (V.DATETIME, T.parse_datetime, "2024-01-01T00:00:00"), (V.DATETIME, T.parse_datetime, "2024-01-01 00:00:00.1234567"),
+    (V.DATETIME, T.parse_datetime, "0000-01-01 00:00:00"), (V.DATE, T.parse_date, "2023-02-29"),
+    (V.DATE, T.parse_date, "0000-00-00"), (V.DATE, T.parse_date, "2024-1-01"), (V.DECIMAL, T.parse_decimal, "1e3"),
+    (V.DECIMAL, T.parse_decimal, " 1"), (V.DECIMAL, T.parse_decimal, "NaN"), (V.FLOAT, T.parse_float, "inf"),
+    (V.FLOAT, T.parse_float, "1e999"), (V.INT, T.parse_int, "18446744073709551616"),
+])
+def test_values_refuse_what_they_cannot_give_exactly(kind, conv, text):
+    with pytest.raises((V.Refused, ValueError)):
+        V.column_array(kind, conv, [text])
+
+
+def test_decimal_keeps_its_scale():
+    arr = V.column_array(V.DECIMAL, T.parse_decimal, ["1.500"])
+    assert V.to_python(V.DECIMAL, T.parse_decimal, arr) == [Decimal("1.500")]
+    assert str(V.to_python(V.DECIMAL, T.parse_decimal, arr)[0]) == "1.500"
+
+
+# ---- the gate with row batches ----------------------------------------------------------------------------------
+
+def _micro_batches(msgs: list[KafkaMessage], rng: random.Random) -> list[list[KafkaMessage]]:
+    """The stream cut into micro-batches at random points per partition (Spark reads every partition each time)."""
+    per = _per_partition(msgs)
+    cuts = {p: 0 for p in per}
+    out = []
+    while any(cuts[p] < len(per[p]) for p in per):
+        batch = []
+        for p, ms in per.items():
+            n = rng.randrange(0, 400)
+            batch.extend(ms[cuts[p]:cuts[p] + n])
+            cuts[p] += n
+        out.append(batch)
+    return out
+
+
+@pytest.mark.parametrize("seed, budget", [(1, 512 * 1024 * 1024), (2, 64 * 1024), (3, 1)])
+def test_gate_with_batches_releases_what_the_event_gate_releases(seed, budget, tmp_path):
+    rng = random.Random(seed)
+    msgs = _with_watermarks(_bench_messages(4000, seed), 23)
+    parts = sorted({(m.topic, m.partition) for m in msgs})
+    events_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "a")
+    batch_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "b")
+    dec = get_decoder("canal-json")
+    lane_used = cuts = 0
+    for mb in _micro_batches(msgs, rng):
+        events_gate.add(_record_by_record(mb))
+        extras: list = []
+        batches: list = []
+        for s in _slices(mb, 97):
+            got = dec.decode_arrow(s, LIMIT)
+            if got is None:
+                extras.extend(_record_by_record(s))
+            else:
+                lane_used += 1
+                extras.extend(got.extras)
+                batches.extend(got.batches)
+        batch_gate.add(extras)
+        batch_gate.add_batches(batches)
+        assert batch_gate.global_resolved() == events_gate.global_resolved()
+        ra, rb = events_gate.release(), batch_gate.release()
+        cuts += sum(1 for _, rest in rb.batch_taken.taken if rest is not None) if rb.batch_taken else 0
+        want = list(ra)
+        got, dropped = window_events(list(rb), rb.batches, row_identity)
+        assert got == want
+        assert batch_gate.checkpoint() == events_gate.checkpoint()  # released, not yet forgotten: still held
+        ra.forget()
+        rb.forget()
+        assert batch_gate.restart_offsets() == events_gate.restart_offsets()
+        assert batch_gate.checkpoint() == events_gate.checkpoint()
+        assert batch_gate.applied_ts == events_gate.applied_ts
+    assert lane_used > 10 and cuts
+    assert batch_gate.held == events_gate.held == 0
+    events_gate.close()
+    batch_gate.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_temporal_values_through_numpy_equal_to_pylist(seed):
+    """to_python's numpy route for dates and datetimes gives what pyarrow's to_pylist gives, nulls and the range's
+    ends included (with nulls, a plain to_numpy made floats of the int64 values: 9999-12-31 23:59:59.999999 came
+    back as an int)."""
+    import datetime as dt
+
+    rng = random.Random(seed)
+    stamps = [None if rng.random() < 0.2 else dt.datetime(1, 1, 1) + dt.timedelta(
+        microseconds=rng.randrange(0, 315537897600000000)) for _ in range(300)]
+    stamps += [dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1, 1, 1), None]
+    days = [None if rng.random() < 0.2 else dt.date.fromordinal(rng.randrange(1, 3652060)) for _ in range(300)]
+    for kind, typ, vals in ((V.DATETIME, pa.timestamp("us"), stamps), (V.DATE, pa.date32(), days)):
+        arr = pa.array(vals, typ)
+        got = V.to_python(kind, None, arr)
+        assert got == arr.to_pylist() == vals
+        assert [type(g) for g in got] == [type(v) for v in vals]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_drop_copies_keeps_the_first_of_each_identity(seed):
+    from applier.columnar.held import drop_copies
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(rng.randrange(2, 200)):
+        if rows and rng.random() < 0.2:
+            rows.append(dict(rng.choice(rows), pos=len(rows)))  # a copy: same identity, another position
+        else:
+            rows.append({"_ts": rng.randrange(3), "_op": rng.randrange(3), "k": rng.choice([None, 1, 2, 3]),
+                         "v": rng.choice([None, "a", "b"]), "pos": len(rows)})
+    table = pa.Table.from_pylist(rows)
+    seen, want = set(), []
+    for r in rows:
+        ident = (r["_ts"], r["_op"], r["k"], r["v"])
+        if ident not in seen:
+            seen.add(ident)
+            want.append(r["pos"])
+    for probe in (None, ["_ts", "_op", "k"]):
+        got, dropped = drop_copies(table, ["_ts", "_op", "k", "v"], probe)
+        assert got.column("pos").to_pylist() == want
+        assert dropped == len(rows) - len(want)
+
+
+def _merged_rows(msgs: list[KafkaMessage], most: int = 4) -> list[KafkaMessage]:
+    """Consecutive row messages of one partition with the same table, type, commit ts and types merged into one
+    message with several rows (``data`` and ``old`` lists), offsets renumbered: what Canal's format allows and
+    TiCDC's own encoder does not write."""
+    out: list[KafkaMessage] = []
+    for part, ms in _per_partition(msgs).items():
+        merged: list[dict] = []
+        for m in ms:
+            o = orjson.loads(m.value)
+            prev = merged[-1] if merged else None
+            same = (prev is not None and not o.get("isDdl") and o.get("data") and prev.get("data")
+                    and len(prev["data"]) < most
+                    and all(prev.get(k) == o.get(k) for k in ("database", "table", "type", "mysqlType", "sqlType",
+                                                              "pkNames"))
+                    and prev["_tidb"].get("commitTs") == o["_tidb"].get("commitTs"))
+            if same:
+                prev["data"] += o["data"]
+                if o.get("old") is not None:
+                    prev["old"] = (prev.get("old") or []) + o["old"]
+            else:
+                merged.append(o)
+        out.extend(KafkaMessage(TOPIC, part, off, None, orjson.dumps(o)) for off, o in enumerate(merged))
+    return out
+
+
+def test_multi_row_messages_are_taken_and_equal():
+    """Several rows per message: each row's position, size and images as the record path gives them."""
+    msgs = _merged_rows(_bench_messages(3000, 5))
+    assert any(len(orjson.loads(m.value).get("data") or []) > 1 for m in msgs)
+    taken, refused = _check_slices(_slices(msgs, 50))
+    assert taken > 20 and refused == 0
+
+
+def test_the_driver_decodes_with_the_lane_what_the_record_path_decodes():
+    """decode_records (what the driver decodes: a live replica's small batches): the lane's events and rows, per
+    partition, are the record path's."""
+    from applier.decode import decode_records
+
+    msgs = _with_watermarks(_bench_messages(2000, 9), 17)
+    dec = get_decoder("canal-json")
+    got = decode_records(dec, msgs, stop_at_error=True, columnar=True)
+    want = decode_records(dec, msgs, stop_at_error=True, columnar=False)
+    assert got.batches and not want.batches
+    assert got.messages == want.messages == len(msgs)
+    lane = [e for b in got.batches for e in b.to_events()] + got.events
+    key = lambda e: (e.position.partition, e.position.offset)  # noqa: E731 - one message's events keep their order
+    assert sorted(lane, key=key) == sorted(want.events, key=key)
+
+
+def test_window_events_keeps_the_same_change_at_another_commit_ts():
+    """A row deleted and inserted back with the same content at a later ts (a unique-key swap as TiCDC splits it)
+    is another change, not a copy: only the same commit ts makes a copy (the first version of window_events
+    compared identities across the whole window and lost such rows under a quarantine block)."""
+    from applier.events import Column, Op, SourcePosition
+
+    cols = (Column("id", "bigint", key=True, unique=True), Column("email", "varchar"))
+    row = {"id": 14, "email": "user14"}
+
+    def ev(ts: int, op: Op, off: int) -> RowChange:
+        before, after = (dict(row), None) if op is Op.DELETE else (None, dict(row))
+        return RowChange("shop", "customers", ts, op, before, after, cols, SourcePosition(TOPIC, 0, off), 10)
+
+    first = [ev(100, Op.INSERT, 1), ev(200, Op.DELETE, 2)]
+    again = [ev(300, Op.INSERT, 3), ev(300, Op.INSERT, 4)]  # the second: a copy (same ts, same change)
+
+    class _B:
+        def __init__(self, evs):
+            self.evs = evs
+
+        def to_events(self):
+            return list(self.evs)
+
+    got, dropped = window_events(first, [_B(again)], row_identity)
+    assert [(e.commit_ts, e.position.offset) for e in got] == [(100, 1), (200, 2), (300, 3)]
+    assert dropped == 1
