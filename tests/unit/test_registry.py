@@ -317,7 +317,7 @@ def test_registry_service_is_optional_and_configurable(monkeypatch):
     assert services.normalize_only(None) == ["kafka", "mariadb", "postgres"]
     assert services.normalize_only("registry") == ["registry"]
     assert services.normalize_only("apicurio,kafka") == ["kafka", "registry"]
-    assert services.normalize_only(None, default=services.ALL_SERVICES)[-1] == "registry"
+    assert "registry" in services.normalize_only(None, default=services.ALL_SERVICES)
     monkeypatch.delenv("APPLIER_REGISTRY_PORT", raising=False)
     assert services.urls().registry_url == "http://127.0.0.1:18081/apis/ccompat/v7"
     assert services.Urls("k", "m", "p").registry_url == services.urls().registry_url
