@@ -54,16 +54,23 @@ import binascii
 import codecs as _codecs
 import dataclasses
 import functools
+import itertools
+import operator
 import re
 import struct
 from decimal import Decimal
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
+import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
 from applier.codecs.largemsg import LargeMessages, UpstreamRow, go_quote_bytes
+from applier.columnar import values as V
+from applier.columnar.rows import META_TYPES, OP_CODE, ArrowSlice, Shape, build_batch
 from applier.events import (
     DDL,
     Column,
@@ -336,6 +343,160 @@ def _lenient(conv: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lenient
 
 
+# decode_arrow: how a converter's column of JSON values becomes an Arrow array (see _ArrowColumns). DECIMAL,
+# DATE and DATETIME values are MySQL text, converted and checked by applier.columnar.values (converter given);
+# the others are the converter's Python values, in an Arrow type that gives them back unchanged (None: int64,
+# else uint64). TIME is a kind applier.columnar.values does not have: its timedelta as duration[us].
+TIME_KIND = "time"
+_TEXT_KINDS: dict[Callable[[Any], Any], tuple[str, Callable[[Any], Any]]] = {
+    _conv_decimal: (V.DECIMAL, T.parse_decimal),
+    T.parse_date: (V.DATE, T.parse_date),
+    T.parse_datetime: (V.DATETIME, T.parse_datetime),
+}
+_PY_KINDS: dict[Callable[[Any], Any], tuple[str, Any]] = {
+    _conv_int: (V.INT, None),
+    _conv_float: (V.FLOAT, pa.float64()),
+    _conv_str: (V.STR, pa.string()),
+    _conv_go_quoted: (V.BYTES, pa.binary()),
+    _conv_b64_bytes: (V.BYTES, pa.binary()),
+    _conv_b64_text: (V.STR, pa.string()),
+    T.parse_time: (TIME_KIND, pa.duration("us")),
+}
+_not_none = functools.partial(operator.is_not, None)
+_a2b_strict = functools.partial(_a2b_base64, strict_mode=True)
+_escape_decode = _codecs.escape_decode
+_first = operator.itemgetter(0)
+
+
+# _GO_BYTE_ESCAPES for Arrow's RE2, on a whole column: the same regular language (literal characters, classes of
+# code points, alternation, bounded repetition; no backreference or lookaround, so both engines decide membership
+# alike; tests/unit/test_open_arrow.py compares them on random texts)
+_GO_BYTE_ESCAPES_RE2 = r'^(?:[^\\]|\\(?:[abfnrtv\\"]|x[0-9a-fA-F]{2}|[0-3][0-7]{2}))*$'
+
+
+def _go_unquote_all(texts: list[str]) -> list[bytes]:
+    """``go_unquote`` of each text: ``escape_decode`` of the UTF-8 as C-level maps for the texts whose every
+    backslash starts one of Go's byte escapes that Python's bytes escapes read alike (checked over the whole
+    column by Arrow), ``go_unquote`` itself for the others. For such a text both branches of ``go_unquote`` give
+    that: its fast branch runs exactly this, and its escape loop decodes each of those escapes to the same byte
+    (a backslash before 'u' or 'U' is always one escaped by another)."""
+    fast = pc.match_substring_regex(pa.array(texts, pa.string()), _GO_BYTE_ESCAPES_RE2)
+    if pc.all(fast).as_py() is not False:  # (None: no texts)
+        return list(map(_first, map(_escape_decode, map(str.encode, texts))))
+    picks = fast.to_pylist()
+    quick = iter(list(map(_first, map(_escape_decode, map(str.encode, itertools.compress(texts, picks))))))
+    slow = iter(list(map(go_unquote, itertools.compress(texts, pc.invert(fast).to_pylist()))))
+    return list(map(next, map((slow, quick).__getitem__, picks)))
+
+
+# converter -> what its fast form (T.set_fast_form above) gives for each of a column's values (all of the fast
+# form's type, none null), run without a Python call per value: _b64_utf8 is a2b_base64 then a UTF-8 decode. (A
+# fast form that is itself a C function, such as _conv_b64_bytes', is mapped as it is.)
+_ALL_AT_ONCE: dict[Callable[[Any], Any], Callable[[list], list]] = {
+    _conv_go_quoted: _go_unquote_all,
+    _conv_b64_text: lambda texts: list(map(bytes.decode, map(_a2b_strict, texts))),
+}
+
+
+def _arrow_kind(conv: Callable[[Any], Any]) -> str | None:
+    """The columnar kind of a converter's column, or None when decode_arrow does not take it (TYPE_NULL, the
+    lenient converters of strict_values=False)."""
+    hit = _TEXT_KINDS.get(conv) or _PY_KINDS.get(conv)
+    return None if hit is None else hit[0]
+
+
+def _py_array(conv: Callable[[Any], Any], values: Sequence[Any]) -> pa.Array:
+    """The Arrow array of a _PY_KINDS converter's values: ``None if v is None else conv(v)`` for each, run as
+    its fast form (T.set_fast_form) when every value is of the fast form's type, else by the converter itself.
+    ``pa.array`` holds str, bytes, float and int (within its 64 bits) as they are and a timedelta as its
+    microseconds, so ``to_pylist`` gives back values equal to the converter's, of its type; what does not fit
+    raises."""
+    typ = _PY_KINDS[conv][1]
+    form = getattr(conv, T._FAST_FORM, None)
+    types = set(map(type, values))
+    nulls = type(None) in types
+    types.discard(type(None))
+    if form is not None and types <= {form[0]} and form[1] is None:
+        py = values  # the values themselves (nulls stay null)
+    else:
+        valid = list(map(_not_none, values)) if nulls else None
+        texts = list(itertools.compress(values, valid)) if nulls else list(values)
+        if form is not None and types <= {form[0]}:
+            fast = form[1]
+            at_once = _ALL_AT_ONCE.get(conv)
+            py = at_once(texts) if at_once is not None else list(map(fast, texts))
+        else:
+            py = list(map(conv, texts))
+        if nulls:
+            return _with_nulls(_typed_array(py, typ), valid)
+    return _typed_array(py, typ)
+
+
+def _typed_array(py: Sequence[Any], typ: Any) -> pa.Array:
+    if typ is not None:
+        return pa.array(py, typ)
+    try:
+        return pa.array(py, pa.int64())
+    except (OverflowError, pa.ArrowInvalid):
+        return pa.array(py, pa.uint64())  # an unsigned BIGINT; raises for anything else
+
+
+def _with_nulls(arr: pa.Array, valid: list[bool]) -> pa.Array:
+    """``arr`` (the non-null values) spread over ``valid``'s positions, null elsewhere."""
+    return arr.take(_spread(np.array(valid, dtype=bool)))
+
+
+def _spread(mask: Any) -> pa.Array:
+    """Indices that spread values kept for ``mask``'s true positions over all of them (``take``): the i-th true
+    position takes value i, the others null."""
+    return pa.array(np.cumsum(mask) - 1, pa.int64(), mask=~mask)
+
+
+class _ArrowColumns:
+    """The columns of a slice (every group's, both images), converted by kind: DECIMAL, DATE and DATETIME by
+    :class:`applier.columnar.values.SliceColumns`, the others by their converter (one conversion per converter
+    over all its columns, then sliced back; an integer column beyond int64 converted alone, as uint64)."""
+
+    def __init__(self) -> None:
+        self._text = V.SliceColumns()
+        self._where: list[tuple[Any, int]] = []  # per column: (converter, its index there) or (None, text index)
+        self._py: dict[Callable[[Any], Any], list[Sequence[Any]]] = {}
+
+    def add(self, conv: Callable[[Any], Any], values: Sequence[Any]) -> int:
+        text = _TEXT_KINDS.get(conv)
+        if text is not None:
+            self._where.append((None, self._text.add(text[0], text[1], values)))
+        else:
+            cols = self._py.setdefault(conv, [])
+            self._where.append((conv, len(cols)))
+            cols.append(values)
+        return len(self._where) - 1
+
+    def convert(self) -> list[pa.Array]:
+        """Every column's array; raises (V.Refused, a converter's error, an Arrow error) when one is not exact."""
+        text = self._text.convert()
+        py: dict[Callable[[Any], Any], list[pa.Array]] = {}
+        for conv, cols in self._py.items():
+            merged: list[Any] = []
+            for c in cols:
+                merged.extend(c)
+            try:
+                whole = _py_array(conv, merged)
+                if whole.type == pa.uint64():
+                    raise OverflowError("one of the columns is beyond int64")
+            except (OverflowError, pa.ArrowInvalid):
+                if _PY_KINDS[conv][1] is not None:
+                    raise
+                py[conv] = [_py_array(conv, c) for c in cols]
+                continue
+            out, at = [], 0
+            for c in cols:
+                out.append(whole.slice(at, len(c)))
+                at += len(c)
+            py[conv] = out
+        return [text[i] if conv is None else py[conv][i] for conv, i in self._where]
+
+
 def _make_converter(code: int, binary: bool, strict: bool, legacy_b64: bool) -> Callable[[Any], Any]:
     if code in _INT_CODES:
         conv = _conv_int
@@ -403,11 +564,14 @@ _SHAPES_PER_NAMES = 8  # shapes kept per column-name tuple (tables sharing colum
 
 
 class _Shape(NamedTuple):
-    """A row image shape met before: its Column tuple (shared by every image of that shape) and its generated
-    check-and-convert function (:func:`_image_converter`)."""
+    """A row image shape met before: its Column tuple (shared by every image of that shape), its generated
+    check-and-convert function (:func:`_image_converter`), each column's converter, and the generated function
+    with the same checks that returns the raw values instead (:func:`_image_extractor`, for decode_arrow)."""
 
     columns: tuple[Column, ...]
     convert: Callable[[Iterable[dict]], dict[str, Any] | None]
+    convs: tuple[Callable[[Any], Any], ...]
+    extract: Callable[[Iterable[dict]], tuple | None]
 
 
 def _same(expr: str, name: str, const: Any, ns: dict[str, Any]) -> str:
@@ -429,25 +593,89 @@ def _image_converter(names: tuple[str, ...], metas: tuple[tuple[Any, Any, Any], 
     decodes column by column. Source holds indices only; names and constants are bound in its namespace
     (locals: o<i> column object, v<i> its value; T.conversion_expr binds c<i>, t<i>, f<i>)."""
     ns: dict[str, Any] = {}
-    checks = []
-    for i, (t, f, h) in enumerate(metas):
-        checks.append(_same(f'o{i}["t"]', f"mt{i}", t, ns))
-        checks.append(f'"f" not in o{i}' if f is _ABSENT else _same(f'o{i}["f"]', f"mf{i}", f, ns))
-        checks.append(f'"h" not in o{i}' if h is _ABSENT else _same(f'o{i}["h"]', f"mh{i}", h, ns))
     items = []
     for i, (name, conv) in enumerate(zip(names, convs)):
         ns[f"k{i}"] = name
         items.append(f"k{i}: {T.conversion_expr(i, conv, ns)}")
     n = len(names)
     src = (
-        "def convert(columns):\n"
-        f"    [{''.join(f'o{i}, ' for i in range(n))}] = columns\n"
-        f"    if not ({' and '.join(checks)}):\n"
-        "        return None\n"
+        _image_checks_source("convert", metas, ns)
         + "".join(f'    v{i} = o{i}["v"]\n' for i in range(n))
         + f"    return {{{', '.join(items)}}}\n"
     )
     return T.generated_function("convert", src, ns)
+
+
+def _image_extractor(metas: tuple[tuple[Any, Any, Any], ...]) -> Callable[[Iterable[dict]], tuple | None]:
+    """The twin of :func:`_image_converter` for decode_arrow: the same checks of 't', 'f' and 'h' (None when one
+    differs), then the columns' raw 'v' values as a tuple, converted later column by column. It raises (KeyError,
+    TypeError) where the converter would."""
+    ns: dict[str, Any] = {}
+    n = len(metas)
+    values = "".join(f'o{i}["v"], ' for i in range(n))
+    src = _image_checks_source("extract", metas, ns) + f"    return ({values})\n"
+    return T.generated_function("extract", src, ns)
+
+
+def _image_checks_source(fname: str, metas: tuple[tuple[Any, Any, Any], ...], ns: dict[str, Any]) -> str:
+    """The head both generated functions share: unpack the column objects, return None when a column's 't', 'f'
+    or 'h' is not the shape's (a 'f'/'h' given as _ABSENT must be absent)."""
+    checks = []
+    for i, (t, f, h) in enumerate(metas):
+        checks.append(_same(f'o{i}["t"]', f"mt{i}", t, ns))
+        checks.append(f'"f" not in o{i}' if f is _ABSENT else _same(f'o{i}["f"]', f"mf{i}", f, ns))
+        checks.append(f'"h" not in o{i}' if h is _ABSENT else _same(f'o{i}["h"]', f"mh{i}", h, ns))
+    return (
+        f"def {fname}(columns):\n"
+        f"    [{''.join(f'o{i}, ' for i in range(len(metas)))}] = columns\n"
+        f"    if not ({' and '.join(checks)}):\n"
+        "        return None\n"
+    )
+
+
+def _frames(msg: KafkaMessage) -> tuple[Any, Any, list[tuple[int, int]], list[tuple[int, int]]]:
+    """A record's key and value (None: empty) checked and split into their events' frames (shared by
+    :meth:`OpenDecoder._decode` and :meth:`OpenDecoder.decode_arrow`)."""
+    key = msg.key
+    if key is None:
+        raise _Bad("message has no key (the open protocol keeps event metadata in the Kafka key)")
+    value = msg.value if msg.value is not None else b""
+    if not isinstance(key, (bytes, bytearray, memoryview)) or not isinstance(
+        value, (bytes, bytearray, memoryview)
+    ):
+        raise _Bad("key and value must be bytes")
+    if len(key) < 8:
+        raise _Bad(f"key is {len(key)} bytes, shorter than the 8-byte version header")
+    (version,) = _U64.unpack_from(key, 0)
+    if version != BATCH_VERSION:
+        raise _Bad(f"unsupported key format version {version} (expected {BATCH_VERSION})")
+    key_spans = _split_frames(key, 8, "key")
+    value_spans = _split_frames(value, 0, "value")
+    if len(key_spans) != len(value_spans):
+        raise _Bad(f"key holds {len(key_spans)} events but value holds {len(value_spans)}")
+    return key, value, key_spans, value_spans
+
+
+def _key_event(kmv: memoryview, ko: int, kl: int) -> tuple[dict, int, Any, str, str]:
+    """One key event checked: the object, its commit ts, its type 't' (as sent: the caller tests it), and for
+    any but a resolved event the schema and table it names ("" for a resolved event, which names none)."""
+    try:
+        k = orjson.loads(kmv[ko:ko + kl])
+    except orjson.JSONDecodeError as e:
+        raise _Bad(f"key event is not valid JSON: {e}") from None
+    if type(k) is not dict:
+        raise _Bad(f"key event is a JSON {type(k).__name__}, expected an object")
+    ts = k.get("ts")
+    if type(ts) is not int or ts < 0:
+        raise _Bad(f"key event has no valid commit ts 'ts' (got {ts!r:.40})")
+    t = k.get("t")
+    if t == MESSAGE_TYPE_RESOLVED and type(t) is int:
+        return k, ts, t, "", ""
+    schema = k.get("scm", "")
+    table = k.get("tbl", "")
+    if type(schema) is not str or type(table) is not str:
+        raise _Bad("key event 'scm'/'tbl' must be strings")
+    return k, ts, t, schema, table
 
 
 # _row builds RowChange positionally (twice as fast as by keyword); make a reordering of its fields loud.
@@ -510,6 +738,55 @@ def _wire_value(code: int, raw: str | bytes) -> Any:
     return raw  # DECIMAL, temporal types, JSON, VECTOR: their text
 
 
+class _ArrowGroup:
+    """The row changes of one table, topic, column names and kinds in a slice, gathered by
+    :meth:`OpenDecoder.decode_arrow`: per row its commit ts, message (index in the slice), op, Column tuple
+    (``variants``) and the raw values of the images it has."""
+
+    __slots__ = ("schema", "table", "topic", "names", "kinds", "convs", "index", "variants", "meta", "befores",
+                 "afters")
+
+    def __init__(self, schema: str, table: str, topic: str, names: tuple[str, ...], kinds: tuple[str, ...],
+                 convs: tuple[Callable[[Any], Any], ...], index: int) -> None:
+        self.schema, self.table, self.topic, self.names, self.kinds = schema, table, topic, names, kinds
+        self.convs, self.index = convs, index  # one converter per column for all rows: one conversion
+        self.variants: list[tuple[Column, ...]] = []
+        self.meta: list[tuple[int, int, int]] = []  # per row: commit ts, message index, 4 * variant + op code
+        self.befores: list[tuple] = []  # the raw values of each row that has a before image (update, delete)
+        self.afters: list[tuple] = []  # ... and of each that has an after image (insert, update)
+
+    def variant(self, columns: tuple[Column, ...]) -> int:
+        """The index of a Column tuple among the group's variants, times 4 (the op code fills the low bits)."""
+        for i, v in enumerate(self.variants):
+            if v is columns:
+                return 4 * i
+        self.variants.append(columns)
+        return 4 * (len(self.variants) - 1)
+
+    def shape(self) -> Shape:
+        return Shape(self.schema, self.table, self.topic, self.names, self.kinds, tuple(self.variants))
+
+
+def _image_rows(g: _ArrowGroup, idx: list[int] | None, arrays: list[pa.Array], ops: pa.Array, absent: int,
+                have: int) -> list[pa.Array]:
+    """One image's columns over all of a group's rows: the converted columns (``idx`` into ``arrays``, one value per
+    row that has the image) spread to the rows, null where the op has no such image (``absent``)."""
+    n = len(ops)
+    if idx is None:  # no row has this image: every column null, of the type its kind gives
+        return [pa.nulls(n, _NULL_TYPES[k]) for k in g.kinds]
+    cols = [arrays[i] for i in idx]
+    if have == n:
+        return cols
+    where = _spread(ops.to_numpy(zero_copy_only=False) != absent)
+    return pa.RecordBatch.from_arrays(cols, names=[str(i) for i in range(len(cols))]).take(where).columns
+
+
+# the Arrow type of a column of nulls of each kind (what applier.columnar.values and _py_array give for one)
+_NULL_TYPES = {V.INT: pa.int64(), V.FLOAT: pa.float64(), V.STR: pa.string(), V.BYTES: pa.binary(),
+               V.DECIMAL: pa.string(), V.DATE: pa.date32(), V.DATETIME: pa.timestamp("us"),
+               TIME_KIND: pa.duration("us")}
+
+
 class OpenDecoder:
     """Decoder for TiCDC's Open Protocol. Carries resolved ts, so it is gated."""
 
@@ -556,27 +833,183 @@ class OpenDecoder:
         """All events of one Kafka record, in order. Raises DecodeError (only) for malformed input."""
         return guarded_decode(PROTOCOL, self._decode, msg)
 
+    # -- whole slices as columns (Spark's Python workers) -----------------------------------------------------
+
+    def decode_arrow(self, msgs: list[KafkaMessage], limit: int) -> ArrowSlice | None:
+        """A slice of records decoded straight into Arrow record batches, one per table, topic, column names and
+        kinds (:class:`applier.columnar.rows.ArrowSlice`), resolved and DDL events kept as events in their place
+        (``extras``); or None when the slice holds anything this path does not take: then the caller decodes it
+        record by record with :meth:`decode`, which also names whatever is wrong.
+
+        It gives what :meth:`decode` of each record gives (:meth:`ArrowSlice.to_events`), ``size`` as
+        :func:`applier.decode.decode_messages` sets it (the record's bytes over its events, resolved ones
+        included), and every ts checked against ``limit`` (:func:`applier.clock.clock_limit`). Records are read
+        with the record path's own steps (:func:`_frames`, :func:`_key_event`, :meth:`_row_value`, the image
+        shapes of :meth:`_image`; a DDL event by :meth:`_event`), the values are converted column by column
+        (:class:`_ArrowColumns`). Not taken: claim-check and handle-key-only insert/update rows, compressed
+        streams, strict_values=False, a record without events, an update whose 'p' does not name the columns of
+        'u' in the same order (an only-updated-columns 'p'), a table whose rows change a column's converter within
+        the slice, and a value a column conversion refuses. tests/unit/test_open_arrow.py holds the two paths
+        equal."""
+        if self._compressed or not self.gated or not self.strict_values:
+            return None
+        groups: dict[tuple, _ArrowGroup] = {}  # (schema, table, topic, names, kinds)
+        seen: dict[tuple, tuple] = {}  # (schema, table, topic, id(shape)) -> (shape, group, variant)
+        order: list[int] = []
+        extras: list = []
+        parts: list[int] = []
+        offs: list[int] = []
+        sizes: list[int] = []
+        row_type, resolved_type = MESSAGE_TYPE_ROW, MESSAGE_TYPE_RESOLVED
+        insert_code, update_code, delete_code = OP_CODE[Op.INSERT], OP_CODE[Op.UPDATE], OP_CODE[Op.DELETE]
+        delete_op = Op.DELETE
+        key_event, row_value, image, shapes_get = _key_event, self._row_value, self._arrow_image, self._shapes.get
+        try:
+            for mi, msg in enumerate(msgs):
+                key, value, key_spans, value_spans = _frames(msg)
+                total = len(key_spans)
+                if not total:
+                    return None  # a record without events: only the record path keeps its offset
+                parts.append(msg.partition)
+                offs.append(msg.offset)
+                sizes.append((len(msg.value or b"") + len(msg.key or b"")) // total)
+                topic = msg.topic
+                kmv = memoryview(key)
+                vmv = memoryview(value)
+                for (ko, kl), (vo, vl) in zip(key_spans, value_spans):
+                    k, ts, t, schema, table = key_event(kmv, ko, kl)
+                    if ts > limit or type(t) is not int:
+                        return None
+                    if t == resolved_type:
+                        order.append(-1)
+                        extras.append(Resolved(ts=ts, position=msg.position))
+                        continue
+                    if t != row_type:  # DDL, kept as an event in its place, sized as decode_messages sizes it
+                        ev = self._event(kmv, ko, kl, vmv, vo, vl, msg.position)  # (raises for an unknown type)
+                        if type(ev) is not DDL:
+                            return None
+                        ev.size = sizes[-1]
+                        order.append(-1)
+                        extras.append(ev)
+                        continue
+                    ccl = k.get("ccl")
+                    if not (ccl is None or ccl == ""):
+                        return None  # a claim-check row
+                    op, u, p = row_value(vmv, vo, vl)
+                    if op is not delete_op and k.get("ohk") is True:
+                        return None  # a handle-key-only insert/update
+                    # the image's shape: _image's, the first kept for its names tried here first (the shapes kept
+                    # for one tuple of names differ in their checks, so at most one takes an image)
+                    values = None
+                    if type(u) is dict:
+                        names = tuple(u)
+                        shapes = shapes_get(names)
+                        if shapes:
+                            shape = shapes[0]
+                            values = shape.extract(u.values())
+                    if values is None:
+                        shape, names, values = image(u, "d" if op is delete_op else "u")
+                    hit = seen.get((schema, table, topic, id(shape)))
+                    if hit is None or hit[0] is not shape:
+                        hit = self._arrow_group(groups, seen, schema, table, topic, shape, names)
+                        if hit is None:
+                            return None
+                    g = hit[1]
+                    if op is delete_op:
+                        g.meta.append((ts, mi, hit[2] + delete_code))
+                        g.befores.append(values)
+                    elif p is None:
+                        g.meta.append((ts, mi, hit[2] + insert_code))
+                        g.afters.append(values)
+                    else:  # before = u overlaid with p: p's values when p names u's columns in u's order
+                        old = shape.extract(p.values()) if type(p) is dict and tuple(p) == names else None
+                        if old is None:
+                            pshape, pnames, old = image(p, "p")
+                            if pnames != names or pshape.convs != shape.convs:
+                                return None
+                        g.meta.append((ts, mi, hit[2] + update_code))
+                        g.befores.append(old)
+                        g.afters.append(values)
+                    order.append(g.index)
+            return self._arrow_slice(len(msgs), order, extras, groups, parts, offs, sizes)
+        except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
+            return None
+
+    def _arrow_image(self, obj: Any, which: str) -> tuple[_Shape, tuple[str, ...], tuple]:
+        """An image's shape (one :meth:`_image` keeps), column names and raw values; an image no kept shape
+        matches is decoded by :meth:`_image` first (which checks it and keeps its shape). Raises when there is
+        none to be had (the slice goes record by record)."""
+        if type(obj) is not dict:
+            raise TypeError("an image is a JSON object")
+        names = tuple(obj)
+        for attempt in (0, 1):
+            shapes = self._shapes.get(names)
+            if shapes is not None:
+                cs = obj.values()
+                for shape in shapes:
+                    values = shape.extract(cs)
+                    if values is not None:
+                        return shape, names, values
+            if attempt == 0:
+                self._image(obj, which)
+        raise ValueError("an image shape that is not kept")
+
+    def _arrow_group(self, groups: dict, seen: dict, schema: str, table: str, topic: str, shape: _Shape,
+                     names: tuple[str, ...]) -> tuple | None:
+        """(shape, group, variant) for the rows of ``shape`` in this table and topic; None when a column kind is
+        not taken or the table's group converts a column of that kind with another converter."""
+        kinds = tuple(map(_arrow_kind, shape.convs))
+        if None in kinds:
+            return None
+        k = (schema, table, topic, names, kinds)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = _ArrowGroup(schema, table, topic, names, kinds, shape.convs, len(groups))
+        elif g.convs != shape.convs:
+            return None
+        hit = seen[(schema, table, topic, id(shape))] = (shape, g, g.variant(shape.columns))
+        return hit
+
+    @staticmethod
+    def _arrow_slice(messages: int, order: list[int], extras: list, groups: dict[tuple, _ArrowGroup],
+                     parts: list[int], offs: list[int], sizes: list[int]) -> ArrowSlice:
+        """The groups' rows as record batches (raises when a column's conversion is not exact)."""
+        columns = _ArrowColumns()
+        shaped = []
+        for g in groups.values():
+            # only the images the rows have (an insert has no before image, a delete no after image)
+            b = [columns.add(c, v) for c, v in zip(g.convs, zip(*g.befores))] if g.befores else None
+            a = [columns.add(c, v) for c, v in zip(g.convs, zip(*g.afters))] if g.afters else None
+            shaped.append((g, b, a))
+        arrays = columns.convert()
+        ts: list[int] = []
+        at: list[int] = []
+        codes: list[int] = []
+        for g in groups.values():
+            t, a, c = zip(*g.meta)
+            ts.extend(t)
+            at.extend(a)
+            codes.extend(c)
+        where = pa.array(at, pa.int64())
+        code = np.array(codes, dtype=np.int64)
+        meta = [pa.array(ts, META_TYPES[0]), pa.array(parts, META_TYPES[1]).take(where),
+                pa.array(offs, META_TYPES[2]).take(where), pa.array(sizes, META_TYPES[3]).take(where),
+                pa.array(code & 3, META_TYPES[4]), pa.array(code >> 2, META_TYPES[5])]
+        out = []
+        n0 = 0
+        for g, b, a in shaped:
+            n = len(g.meta)
+            ops_g = meta[4].slice(n0, n)
+            before = _image_rows(g, b, arrays, ops_g, OP_CODE[Op.INSERT], len(g.befores))
+            after = _image_rows(g, a, arrays, ops_g, OP_CODE[Op.DELETE], len(g.afters))
+            out.append(build_batch(g.shape(), [m.slice(n0, n) for m in meta], before, after))
+            n0 += n
+        return ArrowSlice(messages, order, out, extras)
+
     # -- internals ------------------------------------------------------------------------------------------
 
     def _decode(self, msg: KafkaMessage) -> list:
-        key = msg.key
-        if key is None:
-            raise _Bad("message has no key (the open protocol keeps event metadata in the Kafka key)")
-        value = msg.value if msg.value is not None else b""
-        if not isinstance(key, (bytes, bytearray, memoryview)) or not isinstance(
-            value, (bytes, bytearray, memoryview)
-        ):
-            raise _Bad("key and value must be bytes")
-        if len(key) < 8:
-            raise _Bad(f"key is {len(key)} bytes, shorter than the 8-byte version header")
-        (version,) = _U64.unpack_from(key, 0)
-        if version != BATCH_VERSION:
-            raise _Bad(f"unsupported key format version {version} (expected {BATCH_VERSION})")
-        key_spans = _split_frames(key, 8, "key")
-        value_spans = _split_frames(value, 0, "value")
-        if len(key_spans) != len(value_spans):
-            raise _Bad(f"key holds {len(key_spans)} events but value holds {len(value_spans)}")
-
+        key, value, key_spans, value_spans = _frames(msg)
         pos = msg.position
         kmv = memoryview(key)
         vmv = memoryview(value)
@@ -595,20 +1028,10 @@ class OpenDecoder:
 
     def _event(self, kmv: memoryview, ko: int, kl: int, vmv: memoryview, vo: int, vl: int,
                pos: SourcePosition) -> Any:
-        k = _loads(kmv, ko, kl, "key event")
-        if type(k) is not dict:
-            raise _Bad(f"key event is a JSON {type(k).__name__}, expected an object")
-        ts = k.get("ts")
-        if type(ts) is not int or ts < 0:
-            raise _Bad(f"key event has no valid commit ts 'ts' (got {ts!r:.40})")
-        t = k.get("t")
+        k, ts, t, schema, table = _key_event(kmv, ko, kl)
         if t == MESSAGE_TYPE_RESOLVED and type(t) is int:
             # TiCDC writes a zero-length value; its decoder ignores the value of a resolved event.
             return Resolved(ts=ts, position=pos)
-        schema = k.get("scm", "")
-        table = k.get("tbl", "")
-        if type(schema) is not str or type(table) is not str:
-            raise _Bad("key event 'scm'/'tbl' must be strings")
         if t == MESSAGE_TYPE_DDL and type(t) is int:
             if vl == 0:
                 raise _Bad("DDL event has an empty value")
@@ -641,23 +1064,12 @@ class OpenDecoder:
             if nested:
                 raise _Bad("the row in a claim-check file is itself a claim-check row ('ccl')")
             return self._claim_checked(k, ts, schema, table, ccl, pos, kl + vl)
-        if vl == 0:
-            raise _Bad("row event has an empty value")
-        v = self._value(vmv, vo, vl, "row value") if self._compressed else _loads(vmv, vo, vl, "row value")
-        if type(v) is not dict:
-            raise _Bad(f"row value is a JSON {type(v).__name__}, expected an object")
-        u = v.get("u")
-        p = v.get("p")
-        d = v.get("d")
-        if d is not None:
-            if u is not None or p is not None:
-                raise _Bad("row value has both a delete image 'd' and an update image 'u'/'p'")
-            before, columns = self._image(d, "d")
+        op, u, p = self._row_value(vmv, vo, vl)
+        if op is Op.DELETE:
+            before, columns = self._image(u, "d")
             # RowChange(schema, table, commit_ts, op, before, after, columns, position, size), positionally:
             # keyword arguments cost twice as much here (the field order is checked at import)
             return RowChange(schema, table, ts, Op.DELETE, before, None, columns, pos, kl + vl)
-        if u is None:
-            raise _Bad("row value has neither 'u' (insert/update) nor 'd' (delete)")
         if k.get("ohk") is True:
             if nested:
                 raise _Bad("the row in a claim-check file is handle-key-only ('ohk'), not the full row")
@@ -669,6 +1081,31 @@ class OpenDecoder:
         before = dict(after)
         before.update(old)
         return RowChange(schema, table, ts, Op.UPDATE, before, after, columns, pos, kl + vl)
+
+    def _row_value(self, vmv: memoryview, vo: int, vl: int) -> tuple[Op, Any, Any]:
+        """A row event's value checked up to its images, shared by :meth:`_row` and :meth:`decode_arrow`: the op,
+        its main image ('d' for a delete, else 'u') and 'p' (None unless an update)."""
+        if vl == 0:
+            raise _Bad("row event has an empty value")
+        if self._compressed:
+            v = self._value(vmv, vo, vl, "row value")
+        else:
+            try:
+                v = orjson.loads(vmv[vo:vo + vl])
+            except orjson.JSONDecodeError as e:
+                raise _Bad(f"row value is not valid JSON: {e}") from None
+        if type(v) is not dict:
+            raise _Bad(f"row value is a JSON {type(v).__name__}, expected an object")
+        u = v.get("u")
+        p = v.get("p")
+        d = v.get("d")
+        if d is not None:
+            if u is not None or p is not None:
+                raise _Bad("row value has both a delete image 'd' and an update image 'u'/'p'")
+            return Op.DELETE, d, None
+        if u is None:
+            raise _Bad("row value has neither 'u' (insert/update) nor 'd' (delete)")
+        return (Op.INSERT if p is None else Op.UPDATE), u, p
 
     # -- large messages (applier.codecs.largemsg) ---------------------------------------------------------------
 
@@ -742,7 +1179,7 @@ class OpenDecoder:
         metas = tuple((c["t"], c["f"] if "f" in c else _ABSENT, c["h"] if "h" in c else _ABSENT)
                       for c in obj.values())
         convs = tuple(self._converters[(col.type_code, col.binary)] for col in columns)
-        shape = _Shape(columns, _image_converter(names, metas, convs))
+        shape = _Shape(columns, _image_converter(names, metas, convs), convs, _image_extractor(metas))
         if shapes is None:
             if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
                 self._shapes.clear()
