@@ -20,8 +20,9 @@ from applier.columnar import values as V
 from applier.columnar.apply import window_events
 from applier.decode import decode_messages
 from applier.events import DecodeError, KafkaMessage, Resolved, RowChange
-from applier.gate import Gate, row_identity
+from applier.gate import row_identity
 from tests.e2e import ticdc_real
+from tests.unit.arrow_lane import gate_differential, per_partition, slices
 
 LIMIT = clock_limit(None)
 TOPIC = "t"
@@ -45,7 +46,7 @@ def _with_watermarks(msgs: list[KafkaMessage], every: int) -> list[KafkaMessage]
     allows there (one below the lowest commit ts still to come in that partition), offsets renumbered: so that
     releases cut through held row batches."""
     out = []
-    for part, ms in _per_partition(msgs).items():
+    for part, ms in per_partition(msgs).items():
         ts = [orjson.loads(m.value).get("_tidb", {}).get("commitTs") for m in ms]
         low_after = [0] * len(ms)
         low = None
@@ -66,22 +67,11 @@ def _with_watermarks(msgs: list[KafkaMessage], every: int) -> list[KafkaMessage]
     return out
 
 
-def _per_partition(msgs: list[KafkaMessage]) -> dict[int, list[KafkaMessage]]:
-    out: dict[int, list[KafkaMessage]] = {}
-    for m in msgs:
-        out.setdefault(m.partition, []).append(m)
-    return out
-
-
-def _slices(msgs: list[KafkaMessage], size: int) -> list[list[KafkaMessage]]:
-    return [ms[i:i + size] for ms in _per_partition(msgs).values() for i in range(0, len(ms), size)]
-
-
 def _record_by_record(msgs: list[KafkaMessage]) -> list:
     return decode_messages(get_decoder("canal-json"), msgs, stop_at_error=True).events
 
 
-def _check_slices(slices: list[list[KafkaMessage]]) -> tuple[int, int]:
+def _checkslices(slices: list[list[KafkaMessage]]) -> tuple[int, int]:
     dec = get_decoder("canal-json")
     taken = refused = 0
     for s in slices:
@@ -97,14 +87,14 @@ def _check_slices(slices: list[list[KafkaMessage]]) -> tuple[int, int]:
 
 def test_bench_stream_every_row_slice_is_taken_and_equal():
     msgs = _bench_messages()
-    taken, refused = _check_slices(_slices(msgs, 64))
+    taken, refused = _checkslices(slices(msgs, 64))
     assert taken > 40 and refused == 0  # DDL messages are kept as events in their place
 
 
 @pytest.mark.parametrize("variant", ["canal-json", "canal-json-index-value"])
 def test_real_ticdc_stream_equal_where_taken(variant):
     msgs = ticdc_real.messages(variant, TOPIC)
-    taken, _ = _check_slices(_slices(msgs, 1) + _slices(msgs, 5))
+    taken, _ = _checkslices(slices(msgs, 1) + slices(msgs, 5))
     assert taken > 10  # the lane takes plain rows of TiCDC's own encoder
 
 
@@ -215,60 +205,13 @@ def test_decimal_keeps_its_scale():
 
 # ---- the gate with row batches ----------------------------------------------------------------------------------
 
-def _micro_batches(msgs: list[KafkaMessage], rng: random.Random) -> list[list[KafkaMessage]]:
-    """The stream cut into micro-batches at random points per partition (Spark reads every partition each time)."""
-    per = _per_partition(msgs)
-    cuts = {p: 0 for p in per}
-    out = []
-    while any(cuts[p] < len(per[p]) for p in per):
-        batch = []
-        for p, ms in per.items():
-            n = rng.randrange(0, 400)
-            batch.extend(ms[cuts[p]:cuts[p] + n])
-            cuts[p] += n
-        out.append(batch)
-    return out
-
-
 @pytest.mark.parametrize("seed, budget", [(1, 512 * 1024 * 1024), (2, 64 * 1024), (3, 1)])
 def test_gate_with_batches_releases_what_the_event_gate_releases(seed, budget, tmp_path):
-    rng = random.Random(seed)
-    msgs = _with_watermarks(_bench_messages(4000, seed), 23)
-    parts = sorted({(m.topic, m.partition) for m in msgs})
-    events_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "a")
-    batch_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "b")
-    dec = get_decoder("canal-json")
-    lane_used = cuts = 0
-    for mb in _micro_batches(msgs, rng):
-        events_gate.add(_record_by_record(mb))
-        extras: list = []
-        batches: list = []
-        for s in _slices(mb, 97):
-            got = dec.decode_arrow(s, LIMIT)
-            if got is None:
-                extras.extend(_record_by_record(s))
-            else:
-                lane_used += 1
-                extras.extend(got.extras)
-                batches.extend(got.batches)
-        batch_gate.add(extras)
-        batch_gate.add_batches(batches)
-        assert batch_gate.global_resolved() == events_gate.global_resolved()
-        ra, rb = events_gate.release(), batch_gate.release()
-        cuts += sum(1 for _, rest in rb.batch_taken.taken if rest is not None) if rb.batch_taken else 0
-        want = list(ra)
-        got, dropped = window_events(list(rb), rb.batches, row_identity)
+    def same(got: list, want: list) -> None:
         assert got == want
-        assert batch_gate.checkpoint() == events_gate.checkpoint()  # released, not yet forgotten: still held
-        ra.forget()
-        rb.forget()
-        assert batch_gate.restart_offsets() == events_gate.restart_offsets()
-        assert batch_gate.checkpoint() == events_gate.checkpoint()
-        assert batch_gate.applied_ts == events_gate.applied_ts
-    assert lane_used > 10 and cuts
-    assert batch_gate.held == events_gate.held == 0
-    events_gate.close()
-    batch_gate.close()
+
+    gate_differential("canal-json", _with_watermarks(_bench_messages(4000, seed), 23), random.Random(seed), budget,
+                      tmp_path, most=400, slice_size=97, same=same)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -320,7 +263,7 @@ def _merged_rows(msgs: list[KafkaMessage], most: int = 4) -> list[KafkaMessage]:
     message with several rows (``data`` and ``old`` lists), offsets renumbered: what Canal's format allows and
     TiCDC's own encoder does not write."""
     out: list[KafkaMessage] = []
-    for part, ms in _per_partition(msgs).items():
+    for part, ms in per_partition(msgs).items():
         merged: list[dict] = []
         for m in ms:
             o = orjson.loads(m.value)
@@ -344,7 +287,7 @@ def test_multi_row_messages_are_taken_and_equal():
     """Several rows per message: each row's position, size and images as the record path gives them."""
     msgs = _merged_rows(_bench_messages(3000, 5))
     assert any(len(orjson.loads(m.value).get("data") or []) > 1 for m in msgs)
-    taken, refused = _check_slices(_slices(msgs, 50))
+    taken, refused = _checkslices(slices(msgs, 50))
     assert taken > 20 and refused == 0
 
 

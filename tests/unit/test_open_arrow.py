@@ -23,12 +23,13 @@ from applier import mysql_values as T
 from applier.clock import clock_limit
 from applier.codecs import get_decoder
 from applier.codecs import open as O
-from applier.columnar.apply import window_events
 from applier.decode import decode_messages
 from applier.devtools.encoders import open as OE
 from applier.events import DDL, DecodeError, KafkaMessage, Resolved, RowChange
-from applier.gate import Gate, row_identity
 from tests.e2e import ticdc_real
+from tests.unit.arrow_lane import gate_differential
+from tests.unit.arrow_lane import per_partition as _per_partition
+from tests.unit.arrow_lane import slices as _slices
 
 LIMIT = clock_limit(None)
 TOPIC = "t"
@@ -45,17 +46,6 @@ def _bench_messages(events: int = 3000, seed: int = 1) -> list[KafkaMessage]:
         offsets[part] = off + 1
         out.append(KafkaMessage(TOPIC, part, off, key, value))
     return out
-
-
-def _per_partition(msgs: list[KafkaMessage]) -> dict[int, list[KafkaMessage]]:
-    out: dict[int, list[KafkaMessage]] = {}
-    for m in msgs:
-        out.setdefault(m.partition, []).append(m)
-    return out
-
-
-def _slices(msgs: list[KafkaMessage], size: int) -> list[list[KafkaMessage]]:
-    return [ms[i:i + size] for ms in _per_partition(msgs).values() for i in range(0, len(ms), size)]
 
 
 def _record_by_record(msgs: list[KafkaMessage]) -> list:
@@ -523,21 +513,6 @@ def _with_resolved(msgs: list[KafkaMessage], every: int) -> list[KafkaMessage]:
     return out
 
 
-def _micro_batches(msgs: list[KafkaMessage], rng: random.Random) -> list[list[KafkaMessage]]:
-    """The stream cut into micro-batches at random points per partition (Spark reads every partition each time)."""
-    per = _per_partition(msgs)
-    cuts = {p: 0 for p in per}
-    out = []
-    while any(cuts[p] < len(per[p]) for p in per):
-        batch = []
-        for p, ms in per.items():
-            n = rng.randrange(0, 60)
-            batch.extend(ms[cuts[p]:cuts[p] + n])
-            cuts[p] += n
-        out.append(batch)
-    return out
-
-
 def _table_by_table(events: list) -> list:
     """``events`` with the rows of one record (one commit ts and position) ordered table by table, each table's in
     record order. An Open Protocol record batches rows of several tables; the lane holds each table's rows in its
@@ -553,41 +528,9 @@ def _table_by_table(events: list) -> list:
 
 @pytest.mark.parametrize("seed, budget", [(1, 512 * 1024 * 1024), (2, 64 * 1024), (3, 1)])
 def test_gate_with_batches_releases_what_the_event_gate_releases(seed, budget, tmp_path):
-    rng = random.Random(seed)
-    msgs = _with_resolved(_bench_messages(4000, seed), 5)
-    parts = sorted({(m.topic, m.partition) for m in msgs})
-    events_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "a")
-    batch_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "b")
-    dec = get_decoder("open")
-    lane_used = cuts = 0
-    for mb in _micro_batches(msgs, rng):
-        events_gate.add(_record_by_record(mb))
-        extras: list = []
-        batches: list = []
-        for s in _slices(mb, 13):
-            got = dec.decode_arrow(s, LIMIT)
-            if got is None:
-                extras.extend(_record_by_record(s))
-            else:
-                lane_used += 1
-                extras.extend(got.extras)
-                batches.extend(got.batches)
-        batch_gate.add(extras)
-        batch_gate.add_batches(batches)
-        assert batch_gate.global_resolved() == events_gate.global_resolved()
-        ra, rb = events_gate.release(), batch_gate.release()
-        cuts += sum(1 for _, rest in rb.batch_taken.taken if rest is not None) if rb.batch_taken else 0
-        want = list(ra)
-        got, dropped = window_events(list(rb), rb.batches, row_identity)
+    def same(got: list, want: list) -> None:
         assert _table_by_table(got) == _table_by_table(want)
         assert [e for e in got if type(e) is not RowChange] == [e for e in want if type(e) is not RowChange]
-        assert batch_gate.checkpoint() == events_gate.checkpoint()  # released, not yet forgotten: still held
-        ra.forget()
-        rb.forget()
-        assert batch_gate.restart_offsets() == events_gate.restart_offsets()
-        assert batch_gate.checkpoint() == events_gate.checkpoint()
-        assert batch_gate.applied_ts == events_gate.applied_ts
-    assert lane_used > 10 and cuts
-    assert batch_gate.held == events_gate.held == 0
-    events_gate.close()
-    batch_gate.close()
+
+    gate_differential("open", _with_resolved(_bench_messages(4000, seed), 5), random.Random(seed), budget, tmp_path,
+                      most=60, slice_size=13, same=same)
