@@ -117,18 +117,6 @@ def _keyless_identity(ev: RowChange, nth: int) -> tuple:
     return ("keyless", pos.topic, pos.partition, pos.offset, nth, _content_hash(_content(ev)))
 
 
-def _max_offset_per_part(parts, offs) -> list[tuple[int, int]]:
-    """Per partition in a batch, its highest offset (a worker's slice is one partition: usually one min/max)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    lo, hi = pc.min_max(parts).values()
-    if lo.as_py() == hi.as_py():
-        return [(lo.as_py(), pc.max(offs).as_py())]
-    t = pa.table({"p": parts, "o": offs}).group_by("p", use_threads=False).aggregate([("o", "max")])
-    return list(zip(t.column("p").to_pylist(), t.column("o_max").to_pylist()))
-
-
 @dataclass(frozen=True)
 class PartitionCheckpoint:
     restart_offset: int  # re-read from here after a crash
@@ -314,7 +302,7 @@ class Gate:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from applier.columnar.held import BatchStore
+        from applier.columnar.held import BatchStore, offsets_per_partition
 
         from applier.columnar.rows import concat_batches
 
@@ -334,7 +322,7 @@ class Gate:
             for b in merged:
                 d = b.data
                 topic = b.shape.topic
-                for part, top in _max_offset_per_part(d.column("_part"), d.column("_off")):
+                for part, top in offsets_per_partition(b, "max").items():
                     tp = (topic, part)
                     self.resolved.setdefault(tp, 0)
                     if top + 1 > self.next_offsets.get(tp, -1):

@@ -44,18 +44,21 @@ class _Held:
     path: Path | None = None
 
 
-def _summary(b: RowBatch) -> tuple[int, dict[int, int]]:
-    """(lowest commit ts, per partition the lowest offset) of a batch."""
+def offsets_per_partition(b: RowBatch, how: str) -> dict[int, int]:
+    """Per partition of a batch, its lowest (``how`` "min") or highest ("max") offset. A worker's slice is one
+    partition, so usually this is one min/max over the whole batch."""
     d = b.data
     parts = d.column("_part")
     lo, hi = pc.min_max(parts).values()
     if lo.as_py() == hi.as_py():
-        offsets = {lo.as_py(): pc.min(d.column("_off")).as_py()}
-    else:
-        p = parts.to_numpy()
-        offs = d.column("_off").to_numpy()
-        offsets = {int(x): int(offs[p == x].min()) for x in np.unique(p)}
-    return pc.min(d.column("_ts")).as_py(), offsets
+        return {lo.as_py(): getattr(pc, how)(d.column("_off")).as_py()}
+    t = pa.table({"p": parts, "o": d.column("_off")}).group_by("p", use_threads=False).aggregate([("o", how)])
+    return dict(zip(t.column("p").to_pylist(), t.column(f"o_{how}").to_pylist()))
+
+
+def _summary(b: RowBatch) -> tuple[int, dict[int, int]]:
+    """(lowest commit ts, per partition the lowest offset) of a batch."""
+    return pc.min(b.data.column("_ts")).as_py(), offsets_per_partition(b, "min")
 
 
 @dataclass
