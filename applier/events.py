@@ -106,9 +106,12 @@ class TableSchema:
 Event = RowChange | DDL | Resolved | TableSchema
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's generated __init__ sets each field through object.__setattr__ (0.86 us per
+# record against 0.21, measured), and a record is made for every Kafka message. Nothing assigns to one; the hash is
+# still the fields' (unsafe_hash), as it was when frozen.
+@dataclass(slots=True, unsafe_hash=True)
 class KafkaMessage:
-    """One raw Kafka record as Spark hands it over (key/value may be None)."""
+    """One raw Kafka record as Spark hands it over (key/value may be None). Treated as immutable."""
 
     topic: str
     partition: int

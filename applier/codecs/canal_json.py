@@ -52,8 +52,9 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Annotated, Any, Callable, Iterable, NamedTuple, Optional
 
+import msgspec
 import orjson
 import pyarrow as pa
 
@@ -129,6 +130,39 @@ class _RowMessage(NamedTuple):
     claim_check: Any  # the claim-check location, or None
     handle_only: bool  # an INSERT/UPDATE with only its handle key (completed from the upstream)
     size: int  # what _rows divides among the rows
+
+
+# decode_arrow reads a plain row message with msgspec against these types: what they let through, _parse and
+# _rows_head accept too, with the same values (both parsers keep the last of duplicate keys and refuse invalid
+# UTF-8, lone surrogates and trailing data; msgspec's int refuses floats and booleans, as the type() checks do).
+# msgspec reads any integer as one, orjson only those in [-2**63, 2**64) (others as floats, which the record path
+# refuses): a sqlType code outside int64 is left to the record path, and a commit ts beyond 2**64 fails the
+# caller's clock limit. Anything these types do not describe goes
+# through _parse, which reads it or says why not.
+_OrjsonInt = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+_LaneImage = list[dict[str, Optional[str]]]
+
+
+class _LaneTiDB(msgspec.Struct):
+    commitTs: int
+    claimCheckLocation: Any = None
+    onlyHandleKey: Any = None
+
+
+class _LaneRow(msgspec.Struct, rename={"tidb": "_tidb"}):
+    type: str
+    tidb: _LaneTiDB
+    data: _LaneImage
+    mysqlType: dict[str, str]
+    database: Optional[str] = None
+    table: Optional[str] = None
+    isDdl: bool = False
+    sqlType: Optional[dict[str, Optional[_OrjsonInt]]] = None
+    pkNames: Optional[list[str]] = None
+    old: Optional[_LaneImage] = None
+
+
+_LANE_ENVELOPE = msgspec.json.Decoder(_LaneRow)
 
 
 class _ColumnGroup:
@@ -246,7 +280,8 @@ class CanalJSONDecoder:
         # (names, converters) -> generated row converter
         self._recent: dict[tuple[str, str], list[_Shape]] = {}
         self._row_converters: dict[tuple, Callable[[Iterable[Any]], dict[str, Any]]] = {}
-        self._kinds: dict[int, tuple[_Shape, tuple[str, ...] | None]] = {}  # decode_arrow: Arrow kinds per shape
+        # decode_arrow: (schema, table) -> its recent shapes with their Arrow kinds, newest first (see _lane_shape)
+        self._lane_recent: dict[tuple[str, str], list[tuple[_Shape, tuple[str, ...] | None]]] = {}
 
     def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
         """The table of an undecodable message: its ``database`` and ``table`` fields, when the JSON parses."""
@@ -363,17 +398,18 @@ class CanalJSONDecoder:
         extras: list = []
         insert_op, update_op, delete_op = Op.INSERT, Op.UPDATE, Op.DELETE
         try:
-            loads, row_types = orjson.loads, ROW_TYPES
+            envelope, row_types, lane_shape, op_code = _LANE_ENVELOPE.decode, ROW_TYPES, self._lane_shape, OP_CODE
+            placed: dict[tuple[int, str], tuple[_Shape, _ColumnGroup, int]] = {}  # shape, topic -> group, variant
             for msg in msgs:
-                # A plain row message is read here with _parse's rules for one (anything else goes through _parse):
-                # JSON object, '_tidb' object, 'type' a row type, 'isDdl' false or absent, 'commitTs' an int
-                # trusted under the limit, 'database'/'table' strings (null: ""), no claim-check location and no
-                # handle-key-only INSERT/UPDATE.
-                obj = loads(msg.value)
-                etype = obj.get("type") if type(obj) is dict else None
-                op = row_types.get(etype) if type(etype) is str else None
-                tidb = obj.get("_tidb") if op is not None else None
-                if type(tidb) is not dict or obj.get("isDdl", False) is not False:
+                # A plain row message, read by msgspec against _LaneRow (types checked in C as _parse and _rows_head
+                # check them); anything else (watermarks, DDL, a message _LaneRow does not describe) goes
+                # through _parse.
+                try:
+                    m = envelope(msg.value)
+                    op = row_types.get(m.type)
+                except Exception:  # noqa: BLE001 - not a plain row message: _parse reads it (or says why not)
+                    m = op = None
+                if op is None or m.isDdl:
                     got = self._parse(msg)
                     if type(got) is not list:
                         return None  # a row message this path does not read (the record path says why)
@@ -390,42 +426,46 @@ class CanalJSONDecoder:
                     order.append(-1)
                     extras.append(ev)
                     continue
-                commit_ts = tidb.get("commitTs")
-                if type(commit_ts) is not int or not 0 <= commit_ts <= limit:
+                tidb = m.tidb
+                commit_ts = tidb.commitTs
+                if not 0 <= commit_ts <= limit:
                     return None
-                schema, table = _names(obj)  # (raises for a non-string: the slice goes record by record)
-                loc = tidb.get("claimCheckLocation")
-                if (loc is not None and loc != "") or (op is not delete_op and tidb.get("onlyHandleKey") is True):
+                loc = tidb.claimCheckLocation
+                if (loc is not None and loc != "") or (op is not delete_op and tidb.onlyHandleKey is True):
                     return None
-                shape, data, old = self._rows_head(obj, op, schema, table)
-                names = shape.names
-                if shape.convert is None:
-                    return None
-                for row in data:
-                    if type(row) is not dict or tuple(row) != names:
-                        return None
-                if op is update_op:
-                    for row in old:
-                        if type(row) is not dict or tuple(row) != names:
-                            return None
-                kinds = self._kinds.get(id(shape))
-                if kinds is None or kinds[0] is not shape:
-                    ks = tuple(V.kind_of(shape.convs[n]) for n in names)
-                    if len(self._kinds) >= _SHAPE_CACHE_LIMIT:
-                        self._kinds.clear()
-                    kinds = self._kinds[id(shape)] = (shape, None if None in ks else ks)
-                if kinds[1] is None:
-                    return None
-                topic = msg.topic
-                k = (schema, table, topic, names, kinds[1])
-                g = groups.get(k)
-                if g is None:
-                    g = groups[k] = _ColumnGroup(schema, table, topic, names, kinds[1],
-                                                 [shape.convs[n] for n in names], len(groups))
+                data = m.data
                 n = len(data)
+                if not n or not m.mysqlType:
+                    return None
+                names = tuple(data[0])
+                if n > 1:
+                    for row in data:
+                        if tuple(row) != names:
+                            return None
+                if op is update_op:
+                    old = m.old
+                    if old is None or len(old) != n:
+                        return None
+                    for row in old:
+                        if tuple(row) != names:
+                            return None
+                schema = m.database or ""
+                table = m.table or ""
+                shape, kinds = lane_shape(schema, table, data[0], names, m.mysqlType, m.sqlType or {}, m.pkNames)
+                topic = msg.topic
+                at = placed.get((id(shape), topic))
+                if at is None or at[0] is not shape:  # (a shape's id is reused only after it was dropped)
+                    if kinds is None:
+                        return None
+                    k = (schema, table, topic, names, kinds)
+                    g = groups.get(k)
+                    if g is None:
+                        g = groups[k] = _ColumnGroup(schema, table, topic, names, kinds,
+                                                     [shape.convs[c] for c in names], len(groups))
+                    at = placed[(id(shape), topic)] = (shape, g, g.variant(shape.columns))
+                g = at[1]
                 g.meta.append((commit_ts, msg.partition, msg.offset,
-                               (len(msg.value or b"") + len(msg.key or b"")) // n, OP_CODE[op],
-                               g.variant(shape.columns), n))
+                               (len(msg.value) + len(msg.key or b"")) // n, op_code[op], at[2], n))
                 g.rows += n
                 if op is insert_op:
                     g.befores.extend([g.null_row] * n)
@@ -434,10 +474,10 @@ class CanalJSONDecoder:
                     g.befores.extend(data)
                     g.afters.extend([g.null_row] * n)
                 else:  # before = the data row overlaid with old, which names every column in the same order: old
-                    g.befores.extend(old)
+                    g.befores.extend(m.old)
                     g.afters.extend(data)
                 order.extend([g.index] * n)
-            columns = V.SliceColumns()
+            columns = V.SliceColumns(texts=True)  # _LaneRow let only str and null through
             shaped = []
             for g in groups.values():
                 b = columns.add_all(g.kinds, g.convs, list(zip(*map(dict.values, g.befores))))
@@ -465,6 +505,33 @@ class CanalJSONDecoder:
         except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
             return None
         return ArrowSlice(len(msgs), order, out, extras)
+
+    def _lane_shape(self, schema: str, table: str, first: dict, names: tuple[str, ...], mysql_types: dict,
+                    sql_types: dict, pk_names: list | None) -> tuple[_Shape, tuple[str, ...] | None]:
+        """:meth:`_shape` for :meth:`decode_arrow`, with the shape's Arrow kinds (None: a column no kind of
+        :mod:`applier.columnar.values` holds). A hit is matched like :meth:`_shape` matches, without comparing
+        the sqlType values' Python types: _LaneRow lets only integers (or null) through."""
+        recent = self._lane_recent.get((schema, table))
+        if recent is not None:
+            for hit in recent:
+                shape = hit[0]
+                if (shape.names == names and shape.mysql_types == mysql_types and shape.sql_types == sql_types
+                        and shape.pk_names == pk_names):
+                    return hit
+        shape = self._shape(schema, table, first, mysql_types, sql_types, pk_names)
+        if shape.convert is None:
+            hit = (shape, None)
+        else:
+            ks = tuple(V.kind_of(shape.convs[n]) for n in names)
+            hit = (shape, None if None in ks else ks)
+        if recent is None:
+            if len(self._lane_recent) >= _SHAPE_CACHE_LIMIT:
+                self._lane_recent.clear()
+            self._lane_recent[(schema, table)] = [hit]
+        else:
+            recent.insert(0, hit)
+            del recent[_SHAPES_PER_TABLE:]
+        return hit
 
     # -- large messages (applier.codecs.largemsg) ---------------------------------------------------------------
 

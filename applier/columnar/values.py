@@ -7,20 +7,21 @@ for each value, type included, or raises :class:`Refused`: the caller then decod
 which also names a bad value. Each kind says why its conversion is exact:
 
 * ``int`` (integer types, YEAR, BIT, ENUM ordinals, SET bitmasks): the converter's fast form is ``int(text)``
-  (:func:`applier.mysql_values.set_fast_form` contract), run as one C-level ``map``; int64, or uint64 when a
+  (:func:`applier.mysql_values.set_fast_form` contract): Arrow's cast when every text is an ASCII decimal
+  integer within int64 (the one spelling where the two agree), else one C-level ``map``; int64, or uint64 when a
   value is beyond int64 (an unsigned BIGINT).
 * ``float`` (FLOAT, DOUBLE): :func:`~applier.mysql_values.parse_float` is ``float(text)`` refused when not
-  finite: the same ``map(float)``, then one finiteness check over the array.
+  finite: Arrow's cast for plain decimal spellings (both round correctly), else ``map(float)``, then one
+  finiteness check over the array.
 * ``str`` (character types, JSON, ENUM/SET names): the text itself.
 * ``bytes`` (binary types): the converter's fast form (``text.encode("latin-1")`` for Canal-JSON).
 * ``decimal``: kept as its text, which :func:`~applier.mysql_values.parse_decimal` turns into the Decimal (scale
   included) wherever a Python value is needed; taken only when every value matches ``-?digits[.digits]``, which
   Decimal always accepts as a finite number.
-* ``date`` / ``datetime`` (DATE; DATETIME, TIMESTAMP): Arrow's parse (date32 / timestamp[us]), taken only when
+* ``date`` / ``datetime`` (DATE; DATETIME, TIMESTAMP): Arrow's cast (date32 / timestamp[us]), taken only when
   every value has the exact shape the converter checks first (``YYYY-MM-DD[ HH:MM:SS[.f{1,6}]]`` in ASCII
-  digits), no year 0000 (a zero date stays text in the converter), and every part of Arrow's value equals the
-  part in the text: Arrow's values are always valid dates and times, so the text's parts were in range and
-  ``fromisoformat`` gives the same value.
+  digits) and no year 0000 (a zero date stays text in the converter); the cast refuses any part out of range, so
+  it gives what ``fromisoformat`` gives.
 
 Anything else (TIME, zero dates, a date-only DATETIME, converters without a kind here) is refused.
 """
@@ -78,30 +79,31 @@ def _gives_bytes(fast: Callable[[str], Any]) -> bool:
         return False
 
 
-def column_array(kind: str, conv: Callable[[Any], Any], values: Sequence[Any]) -> pa.Array:
-    """The Arrow array of one column's protocol values (nulls stay null), or :class:`Refused`."""
-    kinds = set(map(type, values))
-    has_null = type(None) in kinds
-    kinds.discard(type(None))
-    if kinds and kinds != {str}:
-        raise Refused(f"values of types {sorted(k.__name__ for k in kinds)}, not text")
+def column_array(kind: str, conv: Callable[[Any], Any], values: Sequence[Any], texts: bool = False) -> pa.Array:
+    """The Arrow array of one column's protocol values (nulls stay null), or :class:`Refused`. ``texts``: the
+    caller knows every value is a str or None (a typed parse checked it), so it is not checked again."""
+    if not texts:
+        kinds = set(map(type, values))
+        kinds.discard(type(None))
+        if kinds and kinds != {str}:
+            raise Refused(f"values of types {sorted(k.__name__ for k in kinds)}, not text")
     if kind == STR:
         return pa.array(values, pa.string())
-    if kind == INT or kind == BYTES:
+    if kind == INT:
+        if getattr(conv, _FAST_FORM)[1] is int:
+            arr = _arrow_ints(values)
+            if arr is not None:
+                return arr
+        return _python_ints(conv, values)
+    if kind == BYTES:
         fast = getattr(conv, _FAST_FORM)[1]
-        py = [None if v is None else fast(v) for v in values] if has_null else list(map(fast, values))
-        if kind == BYTES:
-            return pa.array(py, pa.binary())
-        try:
-            return pa.array(py, pa.int64())
-        except (OverflowError, pa.ArrowInvalid):
-            try:
-                return pa.array(py, pa.uint64())
-            except (OverflowError, pa.ArrowInvalid):
-                raise Refused("an integer beyond 64 bits") from None
+        py = [None if v is None else fast(v) for v in values] if None in values else list(map(fast, values))
+        return pa.array(py, pa.binary())
     if kind == FLOAT:
-        py = [None if v is None else float(v) for v in values] if has_null else list(map(float, values))
-        arr = pa.array(py, pa.float64())
+        arr = _arrow_floats(values)
+        if arr is None:
+            py = [None if v is None else float(v) for v in values] if None in values else list(map(float, values))
+            arr = pa.array(py, pa.float64())
         if arr.null_count < len(arr) and not pc.all(pc.is_finite(arr)).as_py():
             raise Refused("a float that is not finite")
         return arr
@@ -117,34 +119,64 @@ def column_array(kind: str, conv: Callable[[Any], Any], values: Sequence[Any]) -
     raise Refused(f"no Arrow kind {kind!r}")
 
 
+# Arrow's own parse of a column, taken only for text in the one spelling where it and Python's agree: ASCII decimal
+# integers (int() also takes signs, blanks, underscores and other scripts' digits; Arrow also takes 0x hex), and
+# decimal floats without blanks or underscores (both round correctly; "inf" and "nan" go the Python way, refused as
+# not finite there). Anything else, or an integer beyond int64, goes the Python way below.
+_INT_TEXT_RE = r"^-?[0-9]+$"
+_FLOAT_TEXT_RE = r"^-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$"
+
+
+def _arrow_ints(values: Sequence[Any]) -> pa.Array | None:
+    text = pa.array(values, pa.string())
+    if text.null_count == len(text):
+        return pa.nulls(len(text), pa.int64())
+    if not pc.all(pc.match_substring_regex(text, _INT_TEXT_RE)).as_py():
+        return None
+    try:
+        return text.cast(pa.int64())
+    except (pa.ArrowInvalid, OverflowError):
+        return None
+
+
+def _arrow_floats(values: Sequence[Any]) -> pa.Array | None:
+    text = pa.array(values, pa.string())
+    if text.null_count == len(text):
+        return pa.nulls(len(text), pa.float64())
+    if not pc.all(pc.match_substring_regex(text, _FLOAT_TEXT_RE)).as_py():
+        return None
+    try:
+        return text.cast(pa.float64())
+    except (pa.ArrowInvalid, OverflowError):
+        return None
+
+
+def _python_ints(conv: Callable[[Any], Any], values: Sequence[Any]) -> pa.Array:
+    fast = getattr(conv, _FAST_FORM)[1]
+    py = [None if v is None else fast(v) for v in values] if None in values else list(map(fast, values))
+    try:
+        return pa.array(py, pa.int64())
+    except (OverflowError, pa.ArrowInvalid):
+        try:
+            return pa.array(py, pa.uint64())
+        except (OverflowError, pa.ArrowInvalid):
+            raise Refused("an integer beyond 64 bits") from None
+
+
 def _checked_temporal(text: pa.Array, regex: str, typ: pa.DataType, with_time: bool) -> pa.Array:
+    """Dates and datetimes cast by Arrow, taken when every text has the converter's shape (the regex) and is not a
+    zero date: Arrow's cast of that shape refuses any part out of range (a 30 February, a 29 February outside a
+    leap year, hour 24, minute or second 60), so what it gives is what ``fromisoformat`` gives."""
     if text.null_count == len(text):
         return pa.nulls(len(text), typ)
-    valid = text.drop_null()
-    if not pc.all(pc.match_substring_regex(valid, regex)).as_py():
+    if not pc.all(pc.match_substring_regex(text, regex)).as_py():
         raise Refused("temporal text of another shape")
-    if pc.any(pc.starts_with(valid, "0000")).as_py():
+    if pc.any(pc.starts_with(text, "0000")).as_py():
         raise Refused("year 0000 (a zero date stays text)")
     try:
-        if with_time:
-            got = pc.strptime(pc.utf8_slice_codeunits(text, 0, 19), "%Y-%m-%d %H:%M:%S", "us")
-        else:
-            got = pc.strptime(text, "%Y-%m-%d", "s").cast(pa.timestamp("s"))
+        return text.cast(typ)
     except pa.ArrowInvalid:
-        raise Refused("temporal text Arrow does not parse") from None
-    parts = [(0, 4, pc.year), (5, 7, pc.month), (8, 10, pc.day)]
-    if with_time:
-        parts += [(11, 13, pc.hour), (14, 16, pc.minute), (17, 19, pc.second)]
-    for lo, hi, part in parts:
-        written = pc.cast(pc.utf8_slice_codeunits(text, lo, hi), pa.int64())
-        if not pc.all(pc.equal(written, pc.cast(part(got), pa.int64()))).as_py():
-            raise Refused("a date or time part out of range")
-    if not with_time:
-        return got.cast(pa.timestamp("s")).cast(pa.date32())
-    frac = pc.utf8_slice_codeunits(text, 20, 26)  # "" without a fraction
-    micros = pc.cast(pc.if_else(pc.equal(frac, ""), "0", pc.utf8_rpad(frac, 6, "0")), pa.int64())
-    base = pc.cast(got, pa.int64())
-    return pc.cast(pc.add(base, micros), pa.timestamp("us"))
+        raise Refused("a date or time part out of range") from None
 
 
 def to_python(kind: str, conv: Callable[[Any], Any], arr: pa.Array) -> list[Any]:
@@ -178,8 +210,9 @@ class SliceColumns:
     Arrow compute calls (floats, decimals, dates, datetimes) is checked once over all its columns, because a
     call costs about as much for 50 values as for 5000 and a slice holds many small groups."""
 
-    def __init__(self) -> None:
+    def __init__(self, texts: bool = False) -> None:
         self._cols: list[tuple[str, Any, Sequence[Any]]] = []
+        self._texts = texts  # every value is a str or None (see column_array)
 
     def add(self, kind: str, conv: Callable[[Any], Any], values: Sequence[Any]) -> int:
         """Register one column; its array will be ``convert()[returned index]``."""
@@ -198,7 +231,7 @@ class SliceColumns:
             if kind in _BATCHED:
                 together.setdefault(kind, []).append(i)
             else:
-                out[i] = column_array(kind, conv, values)
+                out[i] = column_array(kind, conv, values, self._texts)
         for kind, idx in together.items():
             merged: list[Any] = []
             for i in idx:
@@ -207,17 +240,17 @@ class SliceColumns:
                 forms = {getattr(self._cols[i][1], _FAST_FORM) for i in idx}
                 if len(forms) != 1:
                     for i in idx:
-                        out[i] = column_array(kind, self._cols[i][1], self._cols[i][2])
+                        out[i] = column_array(kind, self._cols[i][1], self._cols[i][2], self._texts)
                     continue
             try:
-                whole = column_array(kind, self._cols[idx[0]][1], merged)
+                whole = column_array(kind, self._cols[idx[0]][1], merged, self._texts)
                 if whole.type == pa.uint64():
                     raise Refused("an integer beyond int64 in one of the columns")
             except Refused:
                 if kind != INT:
                     raise
                 for i in idx:  # a uint64 column among int64 ones: each its own type
-                    out[i] = column_array(kind, self._cols[i][1], self._cols[i][2])
+                    out[i] = column_array(kind, self._cols[i][1], self._cols[i][2], self._texts)
                 continue
             at = 0
             for i in idx:

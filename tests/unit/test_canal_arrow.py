@@ -153,6 +153,66 @@ def test_mutated_messages_are_refused_or_equal():
     assert taken > 50
 
 
+def _raw_variants(value: bytes) -> list[bytes]:
+    """Byte-level edits of one row message where msgspec (the lane's parse) and orjson (the record path's) could
+    part: duplicate keys, integers beyond 64 bits, floats and booleans for integers, bad UTF-8, surrogates,
+    trailing data."""
+    obj = orjson.loads(value)
+    ts = obj["_tidb"]["commitTs"]
+    col = next(iter(obj["mysqlType"]))
+    text = value.decode()
+    first = text.index("{") + 1
+    end_sql = text.index("}", text.index('"sqlType":{'))
+
+    def sql_code(code: bytes) -> bytes:  # the first column's sqlType, again as the map's last key (the one read)
+        return value[:end_sql] + f',"{col}":'.encode() + code + value[end_sql:]
+    out = [
+        value[:first] + b'"type":"DELETE",' + value[first:],  # a duplicate key before: the last one counts
+        value[:-1] + b',"type":"DELETE"}',  # and after
+        value[:-1] + b',"data":null}',
+        value[:-1] + b',"_tidb":{"commitTs":1}}',
+        value[:-1] + b',"isDdl":true}',
+        value[:-1] + b',"isDdl":null}',
+        value + b" x", value + b"\n", b" " + value,
+        value.replace(str(ts).encode(), str(ts).encode() + b".0"),
+        value.replace(str(ts).encode(), b"18446744073709551617"),
+        value.replace(str(ts).encode(), b"true"),
+        *(sql_code(code) for code in (b"true", b"4.0", b"9223372036854775808", b"18446744073709551616", b"-1")),
+        value.replace(b'"mysqlType":{', b'"mysqlType":{"zz":"int",'),
+        value.replace(b'"data":[{', b'"data":[{"zz":"1",'),
+        value.replace(b'"data":[{', f'"data":[{{"{col}":"\\ud800",'.encode()),
+        value.replace(b'"data":[{', f'"data":[{{"{col}":"\xff",'.encode("latin-1")),
+        value.replace(b'"data":[{', f'"data":[{{"{col}":5,'.encode()),
+        value.replace(b'"pkNames":', b'"pkNames":[1],"x":'),
+        value.replace(b'"database":"', b'"database":null,"y":"'),
+    ]
+    return [v for v in out if v != value]
+
+
+def test_raw_edits_are_refused_or_equal():
+    msgs = [m for m in _bench_messages(600) if m.partition == 0][20:60]
+    rows = [i for i, m in enumerate(msgs) if b'"isDdl":false' in m.value and b'"sqlType":{' in m.value]
+    dec = get_decoder("canal-json")
+    taken = refused = 0
+    for i in rows[:6]:
+        for raw in _raw_variants(msgs[i].value):
+            s = list(msgs[max(0, i - 3):i + 3])
+            at = s.index(msgs[i])
+            m = s[at]
+            s[at] = KafkaMessage(m.topic, m.partition, m.offset, m.key, raw)
+            got = dec.decode_arrow(s, LIMIT)
+            try:
+                want = _record_by_record(s)
+            except DecodeError:
+                assert got is None, raw
+                refused += 1
+                continue
+            if got is not None:
+                taken += 1
+                assert got.to_events() == want, raw
+    assert taken and refused
+
+
 def test_untrusted_ts_is_left_to_the_record_path():
     msgs = [m for m in _bench_messages(600) if m.partition == 0][20:40]
     dec = get_decoder("canal-json")
@@ -189,12 +249,42 @@ def test_values_give_what_the_converter_gives(kind, conv, texts):
     (V.DATETIME, T.parse_datetime, "2024-01-01T00:00:00"), (V.DATETIME, T.parse_datetime, "2024-01-01 00:00:00.1234567"),
     (V.DATETIME, T.parse_datetime, "0000-01-01 00:00:00"), (V.DATE, T.parse_date, "2023-02-29"),
     (V.DATE, T.parse_date, "0000-00-00"), (V.DATE, T.parse_date, "2024-1-01"), (V.DECIMAL, T.parse_decimal, "1e3"),
+    (V.DATETIME, T.parse_datetime, "2023-02-29 00:00:00"), (V.DATETIME, T.parse_datetime, "2024-04-31 12:00:00"),
+    (V.DATETIME, T.parse_datetime, "2024-01-01 00:00:60"), (V.DATETIME, T.parse_datetime, "2024-01-01 00:60:00"),
+    (V.DATE, T.parse_date, "1900-02-29"),
     (V.DECIMAL, T.parse_decimal, " 1"), (V.DECIMAL, T.parse_decimal, "NaN"), (V.FLOAT, T.parse_float, "inf"),
     (V.FLOAT, T.parse_float, "1e999"), (V.INT, T.parse_int, "18446744073709551616"),
 ])
 def test_values_refuse_what_they_cannot_give_exactly(kind, conv, text):
     with pytest.raises((V.Refused, ValueError)):
         V.column_array(kind, conv, [text])
+
+
+_NUMBER_ALPHABET = "0123456789" * 6 + "-+._ eExX\u0663\uff10in"
+
+
+@pytest.mark.parametrize("kind, conv", [(V.INT, T.parse_int), (V.FLOAT, T.parse_float)])
+def test_arrow_numbers_are_the_converters_numbers(kind, conv):
+    """Random spellings through column_array (Arrow's cast where it takes them): each value is what the converter
+    gives, or the column is refused where the converter refuses one of its values."""
+    rng = random.Random(11)
+    checked = 0
+    for _ in range(3000):
+        texts = ["".join(rng.choice(_NUMBER_ALPHABET) for _ in range(rng.randrange(1, 6))) for _ in range(3)]
+        texts.append(rng.choice(["12", "-7", "0.5", None]))
+        try:
+            want = [None if t is None else conv(t) for t in texts]
+        except (ValueError, TypeError, ArithmeticError):
+            want = None
+        try:
+            got = V.to_python(kind, conv, V.column_array(kind, conv, texts, texts=True))
+        except (V.Refused, ValueError, TypeError, ArithmeticError):
+            got = None
+        if got is not None:
+            assert want is not None, texts
+            assert [(type(g), g) for g in got] == [(type(w), w) for w in want], texts
+            checked += 1
+    assert checked > 100
 
 
 def test_decimal_keeps_its_scale():
