@@ -70,6 +70,11 @@ What is lost (in TiCDC's encoder, before the bytes reach us):
   -> 1/0 (TiCDC sends booleans only for BIT(1)). Column type names are guessed from the JSON type ("bigint",
   "double", "varchar", "bit", "null"). Such streams are only safe for tables of integer and text columns.
 
+The columnar lane (:meth:`DebeziumDecoder.decode_arrow`, gated streams only) decodes whole slices of records into
+Arrow row batches, reading each record's payload with msgspec and its schema envelope only as raw bytes (the
+envelope is learnt once per table version from the record path); it gives exactly what :meth:`decode` gives, or
+leaves the slice to it.
+
 Any malformed input raises :class:`applier.events.DecodeError` (protocol "debezium") naming the Kafka
 position; nothing else escapes :meth:`DebeziumDecoder.decode`. A record with a key but a null/empty value
 (a Kafka compaction tombstone, which real Debezium writes after deletes; TiCDC does not) carries no change
@@ -484,20 +489,28 @@ class _LaneGroup:
         self.variants.append(columns)
         return len(self.variants) - 1
 
-    def batch(self) -> Any:
-        """The group's rows as a RowBatch (raises when a column's conversion is not exact)."""
+    def add_columns(self, columns: J.Columns) -> tuple[list[int] | None, list[int] | None]:
+        """Register the columns of both images (None for an image no row has) with the slice's columns."""
+        out: list[list[int] | None] = []
+        ops = [m[4] for m in self.meta]
+        lane = self.lane
+        for rows, absent in ((self.befores, OP_CODE[Op.INSERT]), (self.afters, OP_CODE[Op.DELETE])):
+            if ops.count(absent) == len(ops):
+                out.append(None)
+            else:
+                out.append(list(map(columns.add, lane.rules, lane.convert, zip(*map(dict.values, rows)))))
+        return out[0], out[1]
+
+    def batch(self, before: list[pa.Array] | None, after: list[pa.Array] | None) -> Any:
+        """The group's rows as a RowBatch, its images' arrays given (None: nulls of each kind's type)."""
         lane = self.lane
         n = len(self.meta)
-        images = []
-        ops = [m[4] for m in self.meta]
-        for rows, absent in ((self.befores, OP_CODE[Op.INSERT]), (self.afters, OP_CODE[Op.DELETE])):
-            if ops.count(absent) == n:  # no row has this image: nulls of the kind's type
-                images.append([pa.nulls(n, J.NULL_TYPES[k]) for k in lane.kinds])
-            else:
-                images.append([f(col) for f, col in zip(lane.convert, zip(*map(dict.values, rows)))])
+        nulls = None
+        if before is None or after is None:
+            nulls = [pa.nulls(n, J.NULL_TYPES[k]) for k in lane.kinds]
         meta = [pa.array(v, t) for v, t in zip(zip(*self.meta), META_TYPES)]
         shape = Shape(self.schema, self.table, self.topic, lane.names, lane.kinds, tuple(self.variants))
-        return build_batch(shape, meta, images[0], images[1])
+        return build_batch(shape, meta, nulls if before is None else before, nulls if after is None else after)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -563,6 +576,8 @@ class DebeziumDecoder:
         self._schemas: dict[tuple, tuple[tuple[Column, ...], dict[str, Callable]]] = {}
         # decode_arrow: (schema bytes, key schema bytes, key names) -> the lane's shape (None: not taken)
         self._lanes: dict[tuple, _LaneShape | None] = {}
+        # (db, table) -> its last (schema, key schema, key names, lane shape), schemas as msgspec.Raw
+        self._recent_lanes: dict[tuple[str, str], tuple] = {}
 
     def __getstate__(self) -> dict:
         # the schema cache holds closures: ship only the options (e.g. to Spark executors)
@@ -616,9 +631,10 @@ class DebeziumDecoder:
         groups: dict[tuple, _LaneGroup] = {}
         order: list[int] = []
         extras: list = []
-        lanes = self._lanes
+        recent = self._recent_lanes
+        seen: dict[tuple, tuple[_LaneShape, _LaneGroup, int]] = {}  # (db, table, topic, id(lane)) -> its group
         ops = _OPS
-        insert_op, update_op, delete_op = Op.INSERT, Op.UPDATE, Op.DELETE
+        insert_op, delete_op = Op.INSERT, Op.DELETE
         codes = {op: OP_CODE[kind] for op, kind in ops.items()}
         try:
             for msg in msgs:
@@ -648,14 +664,17 @@ class DebeziumDecoder:
                     return None
                 if key:
                     kenv = _read_envelope(key)
-                    key_schema = bytes(kenv.schema)
-                    key_names = tuple(kenv.payload)
+                    key_schema, key_names = kenv.schema, tuple(kenv.payload)
                 else:
                     key_schema, key_names = None, ()
-                ck = (bytes(env.schema), key_schema, key_names)
-                lane = lanes.get(ck, _MISSING)
-                if lane is _MISSING:
-                    lane = self._lane_shape(msg, ck)
+                # the table's last shape when the raw schemas (compared as bytes) and key names are its, else the
+                # shape kept for them (hashing 3 KB of schema costs more than comparing it)
+                hit = recent.get((db, table))
+                if hit is None or not (hit[0] == env.schema and hit[2] == key_names and (
+                        hit[1] == key_schema if key_schema is not None else hit[1] is None)):
+                    lane = self._lane_for(msg, db, table, env.schema, key_schema, key_names)
+                else:
+                    lane = hit[3]
                 if lane is None:
                     return None
                 before, after = payload.get("before"), payload.get("after")
@@ -669,16 +688,26 @@ class DebeziumDecoder:
                 elif (type(before) is not dict or type(after) is not dict or tuple(before) != names
                       or tuple(after) != names):
                     return None
-                gk = (db, table, msg.topic, names, lane.rules)
-                g = groups.get(gk)
-                if g is None:
-                    g = groups[gk] = _LaneGroup(db, table, msg.topic, lane, len(groups))
+                topic = msg.topic
+                at = seen.get((db, table, topic, id(lane)))
+                if at is None or at[0] is not lane:
+                    gk = (db, table, topic, names, lane.rules)
+                    g = groups.get(gk)
+                    if g is None:
+                        g = groups[gk] = _LaneGroup(db, table, topic, lane, len(groups))
+                    at = seen[(db, table, topic, id(lane))] = (lane, g, g.variant(lane.columns))
+                g = at[1]
                 g.meta.append((ts, msg.partition, msg.offset, len(value) + (len(key) if key else 0), codes[op],
-                               g.variant(lane.columns)))
+                               at[2]))
                 g.befores.append(g.null_row if before is None else before)
                 g.afters.append(g.null_row if after is None else after)
                 order.append(g.index)
-            batches = [g.batch() for g in groups.values()]
+            columns = J.Columns()
+            registered = [g.add_columns(columns) for g in groups.values()]
+            arrays = columns.convert()
+            batches = [g.batch(None if b is None else [arrays[i] for i in b],
+                               None if a is None else [arrays[i] for i in a])
+                       for g, (b, a) in zip(groups.values(), registered)]
         except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
             return None
         return ArrowSlice(len(msgs), order, batches, extras)
@@ -697,6 +726,21 @@ class DebeziumDecoder:
             ev.size = len(msg.value or b"") + len(msg.key or b"")
             return ev
         return None
+
+    def _lane_for(self, msg: KafkaMessage, db: str, table: str, schema: msgspec.Raw, key_schema: msgspec.Raw | None,
+                  key_names: tuple[str, ...]) -> _LaneShape | None:
+        """The lane's shape kept for these raw schemas and key names (learnt from ``msg`` when none is), made the
+        table's last one."""
+        ck = (bytes(schema), None if key_schema is None else bytes(key_schema), key_names)
+        lane = self._lanes.get(ck, _MISSING)
+        if lane is _MISSING:
+            lane = self._lane_shape(msg, ck)
+        if len(self._recent_lanes) >= _CACHE_LIMIT:
+            self._recent_lanes.clear()
+        # (the raw schemas as copies: a Raw of the record would keep the whole record alive)
+        self._recent_lanes[(db, table)] = (msgspec.Raw(ck[0]), None if key_schema is None else msgspec.Raw(ck[1]),
+                                           key_names, lane)
+        return lane
 
     def _lane_shape(self, msg: KafkaMessage, ck: tuple) -> _LaneShape | None:
         """The lane's shape for a row record whose (schema bytes, key schema bytes, key names) are ``ck``, learnt by
