@@ -556,6 +556,26 @@ def test_the_driver_decodes_with_the_lane_what_the_record_path_decodes():
     assert sorted(lane, key=key) == sorted(want.events, key=key)
 
 
+def test_spark_workers_send_the_lane_s_slices_to_the_driver():
+    """A worker (``decode_arrow_batches`` with ``columnar``) decodes a gated Debezium stream on the lane and ships
+    the slices as Arrow IPC; the driver's chunks give back the record path's events."""
+    from applier import decode as DC
+
+    msgs = [m for m in _bench_messages(1200, 4) if m.partition == 1]
+    spec = DC.WorkerSpec("debezium", tuple(sorted(GATED.items())), True, columnar=True)
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array([m.topic for m in msgs], pa.string()), pa.array([m.partition for m in msgs], pa.int32()),
+         pa.array([m.offset for m in msgs], pa.int64()), pa.array([m.key for m in msgs], pa.binary()),
+         pa.array([m.value for m in msgs], pa.binary())], names=["topic", "partition", "offset", "key", "value"])
+    chunks = [c for out in DC.decode_arrow_batches(spec, iter([rb])) for c in out.column(0).to_pylist()]
+    got = DC.decode_chunks(chunks)
+    assert got.batches and got.messages == len(msgs)
+    events = [e for b in got.batches for e in b.to_events()] + got.events
+    want = _record_by_record(msgs)
+    key = lambda e: (e.position.offset, type(e).__name__)  # noqa: E731 - one event per message
+    assert _exact(sorted(events, key=key)) == _exact(sorted(want, key=key))
+
+
 def _with_watermarks(msgs: list[KafkaMessage], every: int) -> list[KafkaMessage]:
     """``msgs`` with a watermark (op "m") after every ``every`` records of each partition, each as high as the stream
     allows there (one below the lowest commit ts of a row still to come in that partition), offsets renumbered: so
