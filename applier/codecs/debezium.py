@@ -97,7 +97,7 @@ from applier import mysql_values as T
 from applier.codecs.base import Malformed, allowed_members, guarded_decode
 from applier.columnar import json_values as J
 from applier.columnar import values as V
-from applier.columnar.rows import META_TYPES, OP_CODE, ArrowSlice, Shape, build_batch
+from applier.columnar.rows import META_TYPES, OP_CODE, ArrowSlice, RowBatch, Shape, build_batch
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 __all__ = ["DebeziumDecoder", "PROTOCOL"]
@@ -483,6 +483,8 @@ class _LaneGroup:
         self.afters: list[dict] = []
 
     def variant(self, columns: tuple[Column, ...]) -> int:
+        """The index (``_var``) of a Column tuple among the group's: rows of one table version share the record
+        path's tuple, so identity finds it."""
         for i, v in enumerate(self.variants):
             if v is columns:
                 return i
@@ -501,7 +503,7 @@ class _LaneGroup:
                 out.append(list(map(columns.add, lane.rules, lane.convert, zip(*map(dict.values, rows)))))
         return out[0], out[1]
 
-    def batch(self, before: list[pa.Array] | None, after: list[pa.Array] | None) -> Any:
+    def batch(self, before: list[pa.Array] | None, after: list[pa.Array] | None) -> RowBatch:
         """The group's rows as a RowBatch, its images' arrays given (None: nulls of each kind's type)."""
         lane = self.lane
         n = len(self.meta)

@@ -610,3 +610,34 @@ def test_gate_with_batches_releases_what_the_event_gate_releases(seed, budget, t
 
     gate_differential("debezium", _with_watermarks(_bench_messages(3000, seed), 17), random.Random(seed), budget,
                       tmp_path, most=300, slice_size=61, same=same, options=GATED)
+
+
+@pytest.mark.parametrize("stream", ["bench", "real"])
+def test_the_arrow_plan_of_the_lane_s_batches_is_plan_batch(stream):
+    """Downstream of the lane: the per-key plan on its batches (plan_arrow, every table's batches of the slice
+    concatenated) is plan_batch on the record path's events, value types included (TIME as duration, DECIMAL as
+    text, BIGINT UNSIGNED as uint64)."""
+    from applier.columnar.plan import plan_arrow, to_batch_plan
+    from applier.columnar.rows import concat_batches
+    from applier.sinks.plan import plan_batch
+    from applier.sinks.table import build_meta
+    from tests.unit.test_columnar_plan import strict
+
+    if stream == "bench":
+        msgs = [m for m in _bench_messages(3000, 2) if m.partition == 0]
+    else:
+        msgs = [m for m in ticdc_real.messages("debezium", TOPIC) if not _has([m], DDL)][:400]
+    got = _decoder().decode_arrow(msgs, LIMIT)
+    rows = [e for e in _record_by_record(msgs) if type(e) is RowChange]
+    tables: dict[tuple[str, str], list] = {}
+    for b in got.batches:
+        tables.setdefault((b.shape.schema, b.shape.table), []).append(b)
+    for (schema, table), batches in tables.items():
+        b = concat_batches(batches)
+        names, kinds = b.shape.names, dict(zip(b.shape.names, b.shape.kinds))
+        key = tuple(c.name for c in b.shape.variants[0] if c.key)
+        meta = build_meta(schema, table, [(c, True, False) for c in names], key, [])
+        want = strict(plan_batch(meta, [e for e in rows if (e.schema, e.table) == (schema, table)]))
+        plan = plan_arrow(meta, pa.Table.from_batches([b.data]), names)
+        assert strict(to_batch_plan(meta, plan, lambda c, arr: V.to_python(kinds[c], None, arr))) == want
+    assert len(tables) >= 3
