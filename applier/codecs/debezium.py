@@ -70,6 +70,11 @@ What is lost (in TiCDC's encoder, before the bytes reach us):
   -> 1/0 (TiCDC sends booleans only for BIT(1)). Column type names are guessed from the JSON type ("bigint",
   "double", "varchar", "bit", "null"). Such streams are only safe for tables of integer and text columns.
 
+The columnar lane (:meth:`DebeziumDecoder.decode_arrow`, gated streams only) decodes whole slices of records into
+Arrow row batches, reading each record's payload with msgspec and its schema envelope only as raw bytes (the
+envelope is learnt once per table version from the record path); it gives exactly what :meth:`decode` gives, or
+leaves the slice to it.
+
 Any malformed input raises :class:`applier.events.DecodeError` (protocol "debezium") naming the Kafka
 position; nothing else escapes :meth:`DebeziumDecoder.decode`. A record with a key but a null/empty value
 (a Kafka compaction tombstone, which real Debezium writes after deletes; TiCDC does not) carries no change
@@ -79,14 +84,20 @@ and decodes to no events.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
+import msgspec
 import orjson
+import pyarrow as pa
 
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, allowed_members, guarded_decode
+from applier.columnar import json_values as J
+from applier.columnar import values as V
+from applier.columnar.rows import META_TYPES, OP_CODE, ArrowSlice, RowBatch, Shape, build_batch
 from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 
 __all__ = ["DebeziumDecoder", "PROTOCOL"]
@@ -226,6 +237,7 @@ def _make_zoned(tz: _dt.tzinfo) -> Callable[[Any], _dt.datetime]:
             return t.replace(tzinfo=None)
         return t.astimezone(tz).replace(tzinfo=None)
 
+    conv.zoned = True  # type: ignore[attr-defined]  # decode_arrow's rule for it (_arrow_rule)
     return conv
 
 
@@ -395,6 +407,115 @@ def _schemaless_type(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The columnar lane (DebeziumDecoder.decode_arrow)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """A Kafka Connect JSON record as the lane reads it: ``payload`` decoded to a dict (as orjson gives it),
+    ``schema`` kept as its raw bytes, never made into Python objects: TiCDC writes the same envelope for every row
+    of a table version, about two thirds of each record, and turning it into dicts is most of the record path's
+    cost. Any other top-level member makes the record a bare payload for :func:`_unwrap`, hence
+    ``forbid_unknown_fields``; an absent ``schema`` reads as empty bytes."""
+
+    payload: dict
+    schema: msgspec.Raw = msgspec.Raw(b"")
+
+
+_read_envelope = msgspec.json.Decoder(_Envelope).decode
+
+# converter -> (columnar kind, the column conversion of applier.columnar.json_values that gives what it gives)
+_ARROW_RULES: dict[Callable[[Any], Any], tuple[str, Callable[[Any], pa.Array]]] = {
+    _conv_int: (V.INT, J.ints),
+    _conv_unsigned_bigint: (V.INT, J.ints_wrapped_unsigned),
+    _conv_bool: (V.INT, J.bools_as_ints),
+    _conv_float: (V.FLOAT, J.floats),
+    # Decimal(v) of an int, Decimal(repr(v)) of a float: its repr when plain; an exponent form (1e+28, 1e-10)
+    # written out from what the converter gives (1e+28 as the integer it makes of it)
+    _conv_float_decimal: (V.DECIMAL, functools.partial(J.number_texts, conv=_conv_float_decimal)),
+    _conv_str: (V.STR, J.strs),
+    _conv_b64: (V.BYTES, functools.partial(J.converted, _conv_b64, pa.binary())),
+    _conv_bits: (V.INT, functools.partial(J.converted, _conv_bits, pa.int64())),
+    _conv_days: (V.DATE, J.epoch_days),
+    _conv_millis: (V.DATETIME, J.epoch_millis),
+    _conv_micros: (V.DATETIME, J.epoch_micros),
+    _conv_time_micros: (J.TIME, J.duration_micros),
+    _conv_time_millis: (J.TIME, J.duration_millis),
+}
+_ZONED_RULE = "zoned"  # every ZonedTimestamp converter of one decoder is the same (the decoder's time zone)
+
+
+def _arrow_rule(conv: Callable[[Any], Any]) -> tuple[Any, str, Callable[[Any], pa.Array]] | None:
+    """(what identifies the conversion, kind, column conversion) of a converter's column; None when the lane does
+    not take it (Connect decimals, nanosecond times, schema-less values: not what TiCDC sends)."""
+    hit = _ARROW_RULES.get(conv)
+    if hit is not None:
+        return conv, hit[0], hit[1]
+    if getattr(conv, "zoned", False):
+        return _ZONED_RULE, V.DATETIME, functools.partial(J.converted, conv, pa.timestamp("us"))
+    return None
+
+
+class _LaneShape(NamedTuple):
+    """What the rows of one schema envelope (and key schema and key names) decode with in the lane: the record
+    path's Column tuple (the same object), the column names in the schema's order, and per column its rule key,
+    kind and column conversion."""
+
+    columns: tuple[Column, ...]
+    names: tuple[str, ...]
+    rules: tuple[Any, ...]
+    kinds: tuple[str, ...]
+    convert: tuple[Callable[[Any], pa.Array], ...]
+
+
+class _LaneGroup:
+    """The rows of one table, topic, column names and rules in a slice: per row its META values and both images
+    (a row of nulls for the image its op lacks)."""
+
+    __slots__ = ("schema", "table", "topic", "lane", "index", "null_row", "variants", "meta", "befores", "afters")
+
+    def __init__(self, schema: str, table: str, topic: str, lane: _LaneShape, index: int) -> None:
+        self.schema, self.table, self.topic, self.lane, self.index = schema, table, topic, lane, index
+        self.null_row = dict.fromkeys(lane.names)
+        self.variants: list[tuple[Column, ...]] = []
+        self.meta: list[tuple[int, int, int, int, int, int]] = []
+        self.befores: list[dict] = []
+        self.afters: list[dict] = []
+
+    def variant(self, columns: tuple[Column, ...]) -> int:
+        """The index (``_var``) of a Column tuple among the group's: rows of one table version share the record
+        path's tuple, so identity finds it."""
+        for i, v in enumerate(self.variants):
+            if v is columns:
+                return i
+        self.variants.append(columns)
+        return len(self.variants) - 1
+
+    def add_columns(self, columns: J.Columns) -> tuple[list[int] | None, list[int] | None]:
+        """Register the columns of both images (None for an image no row has) with the slice's columns."""
+        out: list[list[int] | None] = []
+        ops = [m[4] for m in self.meta]
+        lane = self.lane
+        for rows, absent in ((self.befores, OP_CODE[Op.INSERT]), (self.afters, OP_CODE[Op.DELETE])):
+            if ops.count(absent) == len(ops):
+                out.append(None)
+            else:
+                out.append(list(map(columns.add, lane.rules, lane.convert, zip(*map(dict.values, rows)))))
+        return out[0], out[1]
+
+    def batch(self, before: list[pa.Array] | None, after: list[pa.Array] | None) -> RowBatch:
+        """The group's rows as a RowBatch, its images' arrays given (None: nulls of each kind's type)."""
+        lane = self.lane
+        n = len(self.meta)
+        nulls = None
+        if before is None or after is None:
+            nulls = [pa.nulls(n, J.NULL_TYPES[k]) for k in lane.kinds]
+        meta = [pa.array(v, t) for v, t in zip(zip(*self.meta), META_TYPES)]
+        shape = Shape(self.schema, self.table, self.topic, lane.names, lane.kinds, tuple(self.variants))
+        return build_batch(shape, meta, nulls if before is None else before, nulls if after is None else after)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Decoder
 # ---------------------------------------------------------------------------------------------------------
 
@@ -455,6 +576,10 @@ class DebeziumDecoder:
         self._tz = _zone(time_zone)
         # (field spec key, key columns) -> (columns, name -> converter)
         self._schemas: dict[tuple, tuple[tuple[Column, ...], dict[str, Callable]]] = {}
+        # decode_arrow: (schema bytes, key schema bytes, key names) -> the lane's shape (None: not taken)
+        self._lanes: dict[tuple, _LaneShape | None] = {}
+        # (db, table) -> its last (schema, key schema, key names, lane shape), schemas as msgspec.Raw
+        self._recent_lanes: dict[tuple[str, str], tuple] = {}
 
     def __getstate__(self) -> dict:
         # the schema cache holds closures: ship only the options (e.g. to Spark executors)
@@ -480,6 +605,164 @@ class DebeziumDecoder:
     def decode(self, msg: KafkaMessage) -> list:
         """The events of one Kafka record. Raises only DecodeError."""
         return guarded_decode(PROTOCOL, self._decode, msg)
+
+    # -- whole slices as columns (Spark's Python workers) -----------------------------------------------------
+
+    def decode_arrow(self, msgs: list[KafkaMessage], limit: int) -> ArrowSlice | None:
+        """A slice of records decoded straight into Arrow record batches, one per table, topic, column names and
+        column rules (:class:`applier.columnar.rows.ArrowSlice`), watermarks and DDL kept as events in their place
+        (``extras``); or None when the slice holds anything this path does not read exactly: then the caller
+        decodes it record by record with :meth:`decode`, which also names whatever is wrong. Only gated
+        (``enable-tidb-extension``) streams: an ungated one has no commit ts to batch by.
+
+        It gives what :meth:`decode` of each record gives (:meth:`ArrowSlice.to_events`), ``size`` as
+        :func:`applier.decode.decode_messages` sets it, and every ts checked against ``limit``
+        (:func:`applier.clock.clock_limit`). Why it is fast: a row record is read with msgspec, its payload as a
+        dict and its schema (and its key's schema) as raw bytes (:class:`_Envelope`); the columns and converters
+        are kept per those bytes and the key names (:meth:`_lane_shape`), learnt from the first record that carries
+        them by decoding it whole on the record path. Identical bytes at the same place in an envelope are JSON
+        orjson accepts and reads to the same schema, so a later record is checked as the record path checks it
+        only for its payload, which msgspec reads as orjson does (tests/unit/test_debezium_arrow.py; integers
+        beyond 64 bits, where they differ, are refused by every column conversion). Values are converted column by
+        column (:mod:`applier.columnar.json_values`). Not taken: ungated decoders, tombstones, records without a
+        schema envelope, an update without a 'before' image, an image whose columns are not the schema's in its
+        order, a converter without a column rule (:func:`_arrow_rule`), and a value a column conversion refuses.
+        tests/unit/test_debezium_arrow.py holds the two paths equal."""
+        if not self.gated:
+            return None
+        groups: dict[tuple, _LaneGroup] = {}
+        order: list[int] = []
+        extras: list = []
+        recent = self._recent_lanes
+        seen: dict[tuple, tuple[_LaneShape, _LaneGroup, int]] = {}  # (db, table, topic, id(lane)) -> its group
+        ops = _OPS
+        insert_op, delete_op = Op.INSERT, Op.DELETE
+        codes = {op: OP_CODE[kind] for op, kind in ops.items()}
+        try:
+            for msg in msgs:
+                key, value = msg.key, msg.value
+                env = None
+                if type(value) is bytes and value and (key is None or type(key) is bytes):
+                    try:
+                        env = _read_envelope(value)
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        pass
+                payload = env.payload if env is not None else None
+                op = payload.get("op") if payload is not None else None
+                kind = ops.get(op) if type(op) is str else None
+                if kind is None:  # a watermark, DDL, tombstone, or a record the envelope does not read
+                    ev = self._extra(msg, limit)
+                    if ev is None:
+                        return None
+                    order.append(-1)
+                    extras.append(ev)
+                    continue
+                source = payload.get("source")
+                if type(source) is not dict:
+                    return None
+                ts = source.get("commit_ts")
+                db, table = source.get("db"), source.get("table")
+                if type(ts) is not int or not 0 <= ts <= limit or type(db) is not str or type(table) is not str:
+                    return None
+                if key:
+                    kenv = _read_envelope(key)
+                    key_schema, key_names = kenv.schema, tuple(kenv.payload)
+                else:
+                    key_schema, key_names = None, ()
+                # the table's last shape when the raw schemas (compared as bytes) and key names are its, else the
+                # shape kept for them (hashing 3 KB of schema costs more than comparing it)
+                hit = recent.get((db, table))
+                if hit is None or not (hit[0] == env.schema and hit[2] == key_names and (
+                        hit[1] == key_schema if key_schema is not None else hit[1] is None)):
+                    lane = self._lane_for(msg, db, table, env.schema, key_schema, key_names)
+                else:
+                    lane = hit[3]
+                if lane is None:
+                    return None
+                before, after = payload.get("before"), payload.get("after")
+                names = lane.names
+                if kind is insert_op:
+                    if before is not None or type(after) is not dict or tuple(after) != names:
+                        return None
+                elif kind is delete_op:
+                    if after is not None or type(before) is not dict or tuple(before) != names:
+                        return None
+                elif (type(before) is not dict or type(after) is not dict or tuple(before) != names
+                      or tuple(after) != names):
+                    return None
+                topic = msg.topic
+                at = seen.get((db, table, topic, id(lane)))
+                if at is None or at[0] is not lane:
+                    gk = (db, table, topic, names, lane.rules)
+                    g = groups.get(gk)
+                    if g is None:
+                        g = groups[gk] = _LaneGroup(db, table, topic, lane, len(groups))
+                    at = seen[(db, table, topic, id(lane))] = (lane, g, g.variant(lane.columns))
+                g = at[1]
+                g.meta.append((ts, msg.partition, msg.offset, len(value) + (len(key) if key else 0), codes[op],
+                               at[2]))
+                g.befores.append(g.null_row if before is None else before)
+                g.afters.append(g.null_row if after is None else after)
+                order.append(g.index)
+            columns = J.Columns()
+            registered = [g.add_columns(columns) for g in groups.values()]
+            arrays = columns.convert()
+            batches = [g.batch(None if b is None else [arrays[i] for i in b],
+                               None if a is None else [arrays[i] for i in a])
+                       for g, (b, a) in zip(groups.values(), registered)]
+        except Exception:  # noqa: BLE001 - the record-by-record path raises the DecodeError that names it
+            return None
+        return ArrowSlice(len(msgs), order, batches, extras)
+
+    def _extra(self, msg: KafkaMessage, limit: int) -> Any:
+        """A record that is not a row change, decoded by the record path: its watermark or DDL event (ts trusted
+        under ``limit``, sized as decode_messages sizes it), or None (a row the envelope did not read, a tombstone).
+        Raises for a record the record path refuses."""
+        evs = self._decode(msg)
+        if len(evs) != 1:
+            return None
+        ev = evs[0]
+        if type(ev) is Resolved:
+            return ev if 0 <= ev.ts <= limit else None
+        if type(ev) is DDL and 0 <= ev.commit_ts <= limit:
+            ev.size = len(msg.value or b"") + len(msg.key or b"")
+            return ev
+        return None
+
+    def _lane_for(self, msg: KafkaMessage, db: str, table: str, schema: msgspec.Raw, key_schema: msgspec.Raw | None,
+                  key_names: tuple[str, ...]) -> _LaneShape | None:
+        """The lane's shape kept for these raw schemas and key names (learnt from ``msg`` when none is), made the
+        table's last one."""
+        ck = (bytes(schema), None if key_schema is None else bytes(key_schema), key_names)
+        lane = self._lanes.get(ck, _MISSING)
+        if lane is _MISSING:
+            lane = self._lane_shape(msg, ck)
+        if len(self._recent_lanes) >= _CACHE_LIMIT:
+            self._recent_lanes.clear()
+        # (the raw schemas as copies: a Raw of the record would keep the whole record alive)
+        self._recent_lanes[(db, table)] = (msgspec.Raw(ck[0]), None if key_schema is None else msgspec.Raw(ck[1]),
+                                           key_names, lane)
+        return lane
+
+    def _lane_shape(self, msg: KafkaMessage, ck: tuple) -> _LaneShape | None:
+        """The lane's shape for a row record whose (schema bytes, key schema bytes, key names) are ``ck``, learnt by
+        decoding the record whole on the record path (raises for one it refuses) and kept (bounded); None, kept too,
+        when a column has no rule."""
+        evs = self._decode(msg)
+        if len(evs) != 1 or type(evs[0]) is not RowChange or not ck[0]:
+            raise ValueError("not a row change with a schema envelope")
+        columns, convs = self._columns_from_schema(orjson.loads(msg.value)["schema"], ck[2])
+        if columns is not evs[0].columns:  # the key names the lane read are not the record path's
+            raise ValueError("another Column tuple")
+        rules = [_arrow_rule(convs[c.name]) for c in columns]
+        lane = None
+        if None not in rules and columns:
+            rk, kinds, fns = zip(*rules)  # type: ignore[misc]
+            lane = _LaneShape(columns, tuple(c.name for c in columns), rk, kinds, fns)
+        if len(self._lanes) >= _CACHE_LIMIT:
+            self._lanes.clear()
+        self._lanes[ck] = lane
+        return lane
 
     # -- internals ------------------------------------------------------------------------------------------
 

@@ -45,18 +45,21 @@ def micro_batches(msgs: list[KafkaMessage], rng: random.Random, most: int) -> li
 
 
 def gate_differential(protocol: str, msgs: list[KafkaMessage], rng: random.Random, budget: int, tmp_path: Path, *,
-                      most: int, slice_size: int, same: Callable[[list, list], None]) -> None:
+                      most: int, slice_size: int, same: Callable[[list, list], None],
+                      options: dict | None = None) -> None:
     """Feed the same micro-batches to a gate of events (the record path) and to a gate of the lane's row batches;
     after every release ``same(lane's window as events, event gate's window)`` must hold, and the global resolved ts,
     checkpoints (before and after forgetting), restart offsets and applied ts must be equal. The lane must have
-    taken slices and cut held batches at a release, or the comparison proved nothing."""
-    dec = get_decoder(protocol)
+    taken slices and cut held batches at a release, or the comparison proved nothing. ``options``: the decoder's
+    (Debezium's lane needs ``gated=True``)."""
+    options = options or {}
+    dec = get_decoder(protocol, **options)
     parts = sorted({(m.topic, m.partition) for m in msgs})
     events_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "a")
     batch_gate = Gate(partitions=parts, budget_bytes=budget, spill_dir=tmp_path / "b")
 
     def record_by_record(ms: list[KafkaMessage]) -> list:
-        return decode_messages(get_decoder(protocol), ms, stop_at_error=True).events
+        return decode_messages(get_decoder(protocol, **options), ms, stop_at_error=True).events
 
     lane_used = cuts = 0
     for mb in micro_batches(msgs, rng, most):
