@@ -32,7 +32,7 @@ Example (every key; see ``conf/*.toml``)::
     trigger_interval = "500 ms"           # "<n> ms|millisecond(s)|second(s)|minute(s)"
     max_offsets_per_trigger = 100000      # optional int >= 1
     decode_on = "auto"                    # auto | executors | driver (where Kafka records are decoded)
-    columnar = true                       # Canal-JSON, Open: decode into Arrow batches and plan on them
+    columnar = true                       # Canal-JSON, Open, Debezium: decode into Arrow batches, plan on them
 
     [source]
     bootstrap_servers = "127.0.0.1:9092"  # required, "host:port[,host:port]"
@@ -400,7 +400,7 @@ class PipelineSettings(_RedactedRepr):
     trigger_interval_ms: int = 500
     max_offsets_per_trigger: int | None = None
     decode_on: str = "auto"  # auto | executors | driver; see decodes_on_executors()
-    # the columnar lane (applier/columnar): Canal-JSON and Open Protocol decoded into Arrow batches, planned on them
+    # the columnar lane (applier/columnar): Canal-JSON, Open Protocol and (gated) Debezium decoded into Arrow batches, planned on them
     columnar: bool = True
 
     @property
