@@ -428,6 +428,14 @@ class PipelineSettings(_RedactedRepr):
         }
 
 
+# The Kafka consumer of Spark's source, where [source.kafka] does not say otherwise. Spark asks the broker for the
+# partition's first and last offsets after every poll (two ListOffsets round trips), so Kafka's default of 500
+# records per poll made those requests about a tenth of the JVM's CPU in a catch-up (JFR, docs/benchmarks.md round
+# 5); larger polls and fetches cut them and the broker's per-fetch work. A fetch holds at most
+# max.partition.fetch.bytes of a partition (one larger record still comes whole), so memory stays bounded.
+CONSUMER_DEFAULTS = {"kafka.max.poll.records": "5000", "kafka.max.partition.fetch.bytes": str(4 << 20)}
+
+
 @dataclass(frozen=True, repr=False)
 class SourceSettings(_RedactedRepr):
     bootstrap_servers: str
@@ -457,7 +465,7 @@ class SourceSettings(_RedactedRepr):
         ``startingOffsets``/``maxOffsetsPerTrigger`` are the pipeline's business (they depend on the
         progress tables)."""
         sub_key, sub_value = self.subscription()
-        opts = {"kafka.bootstrap.servers": self.bootstrap_servers, sub_key: sub_value}
+        opts = {"kafka.bootstrap.servers": self.bootstrap_servers, sub_key: sub_value, **CONSUMER_DEFAULTS}
         opts.update({f"kafka.{k}": v for k, v in self.kafka.items()})
         return opts
 

@@ -145,7 +145,12 @@ def test_spark_options():
         "kafka.bootstrap.servers": "127.0.0.1:9092",
         "subscribe": "tidb-shop",
         "kafka.security.protocol": "SASL_SSL",
+        "kafka.max.poll.records": "5000",  # the consumer defaults (CONSUMER_DEFAULTS)
+        "kafka.max.partition.fetch.bytes": str(4 << 20),
     }
+    own = parse(with_("source.kafka", {"max.poll.records": "500", "max.partition.fetch.bytes": "1048576"}))
+    assert own.source.spark_options()["kafka.max.poll.records"] == "500"  # [source.kafka] wins
+    assert own.source.spark_options()["kafka.max.partition.fetch.bytes"] == "1048576"
     data = with_("source.topics", DELETE, data)
     data["source"]["topic_pattern"] = "tidb-.*"
     assert parse(data).source.subscription() == ("subscribePattern", "tidb-.*")
