@@ -1,11 +1,12 @@
-"""Helpers the columnar lane's differential tests share (tests/unit/test_canal_arrow.py, test_open_arrow.py): the
-stream cut per partition and into micro-batches, and the gate differential that both codecs' lanes must pass."""
+"""Helpers the columnar lane's differential tests share (tests/unit/test_canal_arrow.py, test_open_arrow.py,
+test_debezium_arrow.py): the bench's stream as Kafka records, the stream cut per partition and into micro-batches,
+and the gate differential that every codec's lane must pass."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from applier.clock import clock_limit
 from applier.codecs import get_decoder
@@ -15,6 +16,30 @@ from applier.events import KafkaMessage
 from applier.gate import Gate, row_identity
 
 LIMIT = clock_limit(None)
+
+
+def strict(plan: Any) -> tuple:
+    """A BatchPlan as comparable data: order, column order, value types and representations all count."""
+    def v(x: Any) -> tuple[str, str]:
+        return type(x).__name__, repr(x)
+    return ([tuple(map(v, k)) for k in plan.deletes],
+            [[(c, *v(x)) for c, x in row.items()] for row in plan.upserts],
+            plan.changes, plan.unique_clears, plan.keyless)
+
+
+def bench_messages(protocol: str, events: int, seed: int, topic: str, **options) -> list[KafkaMessage]:
+    """The bench's stream of ``protocol`` (``generate_bench`` options too) as Kafka records of ``topic``, offsets
+    numbered per partition."""
+    from applier.devtools.bench_stream import generate_bench
+
+    w = generate_bench(protocol, events=events, big_txn_rows=events // 10, seed=seed, **options)
+    offsets: dict[int, int] = {}
+    out = []
+    for part, key, value in w.messages():
+        off = offsets.get(part, 0)
+        offsets[part] = off + 1
+        out.append(KafkaMessage(topic, part, off, key, value))
+    return out
 
 
 def per_partition(msgs: list[KafkaMessage]) -> dict[int, list[KafkaMessage]]:

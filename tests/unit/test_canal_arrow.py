@@ -22,23 +22,14 @@ from applier.decode import decode_messages
 from applier.events import DecodeError, KafkaMessage, Resolved, RowChange
 from applier.gate import row_identity
 from tests.e2e import ticdc_real
-from tests.unit.arrow_lane import gate_differential, per_partition, slices
+from tests.unit.arrow_lane import bench_messages, gate_differential, per_partition, slices
 
 LIMIT = clock_limit(None)
 TOPIC = "t"
 
 
 def _bench_messages(events: int = 3000, seed: int = 1) -> list[KafkaMessage]:
-    from applier.devtools.bench_stream import generate_bench
-
-    w = generate_bench("canal-json", events=events, big_txn_rows=events // 10, seed=seed)
-    offsets: dict[int, int] = {}
-    out = []
-    for part, key, value in w.messages():
-        off = offsets.get(part, 0)
-        offsets[part] = off + 1
-        out.append(KafkaMessage(TOPIC, part, off, key, value))
-    return out
+    return bench_messages("canal-json", events, seed, TOPIC)
 
 
 def _with_watermarks(msgs: list[KafkaMessage], every: int) -> list[KafkaMessage]:

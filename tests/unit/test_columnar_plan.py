@@ -20,6 +20,7 @@ from applier.columnar.plan import ArrowPlan, NotColumnar, plan_arrow, to_batch_p
 from applier.events import Column, Op, RowChange, SourcePosition
 from applier.sinks.plan import BatchPlan, plan_batch
 from applier.sinks.table import ApplyError, TableMeta, build_meta
+from tests.unit.arrow_lane import strict
 
 _OPS = {Op.INSERT: 0, Op.UPDATE: 1, Op.DELETE: 2}
 DECIMAL = "decimal"  # a column type of these tests: decimals held as their text in a string column
@@ -53,15 +54,6 @@ def python_values(types: dict[str, Any]):
             return [None if v is None else Decimal(v) for v in arr.to_pylist()]
         return arr.to_pylist()
     return to_python
-
-
-def strict(plan: BatchPlan) -> tuple:
-    """A plan as comparable data: order, column order, value types and representations all count."""
-    def v(x: Any) -> tuple[str, str]:
-        return type(x).__name__, repr(x)
-    return ([tuple(map(v, k)) for k in plan.deletes],
-            [[(c, *v(x)) for c, x in row.items()] for row in plan.upserts],
-            plan.changes, plan.unique_clears, plan.keyless)
 
 
 def both_plans(meta: TableMeta, events: list[RowChange], names: tuple[str, ...],

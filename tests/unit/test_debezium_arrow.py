@@ -28,7 +28,7 @@ from applier.columnar import values as V
 from applier.decode import decode_messages
 from applier.events import DDL, DecodeError, KafkaMessage, Resolved, RowChange
 from tests.e2e import ticdc_real
-from tests.unit.arrow_lane import gate_differential, per_partition, slices
+from tests.unit.arrow_lane import bench_messages, gate_differential, per_partition, slices
 
 LIMIT = clock_limit(None)
 TOPIC = "t"
@@ -40,16 +40,7 @@ def _decoder(**options):
 
 
 def _bench_messages(events: int = 3000, seed: int = 1) -> list[KafkaMessage]:
-    from applier.devtools.bench_stream import generate_bench
-
-    w = generate_bench("debezium", events=events, big_txn_rows=events // 10, seed=seed, tidb_extension=True)
-    offsets: dict[int, int] = {}
-    out = []
-    for part, key, value in w.messages():
-        off = offsets.get(part, 0)
-        offsets[part] = off + 1
-        out.append(KafkaMessage(TOPIC, part, off, key, value))
-    return out
+    return bench_messages("debezium", events, seed, TOPIC, tidb_extension=True)
 
 
 def _record_by_record(msgs: list[KafkaMessage], **options) -> list:
@@ -621,7 +612,7 @@ def test_the_arrow_plan_of_the_lane_s_batches_is_plan_batch(stream):
     from applier.columnar.rows import concat_batches
     from applier.sinks.plan import plan_batch
     from applier.sinks.table import build_meta
-    from tests.unit.test_columnar_plan import strict
+    from tests.unit.arrow_lane import strict
 
     if stream == "bench":
         msgs = [m for m in _bench_messages(3000, 2) if m.partition == 0]

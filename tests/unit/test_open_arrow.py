@@ -27,7 +27,7 @@ from applier.decode import decode_messages
 from applier.devtools.encoders import open as OE
 from applier.events import DDL, DecodeError, KafkaMessage, Resolved, RowChange
 from tests.e2e import ticdc_real
-from tests.unit.arrow_lane import gate_differential
+from tests.unit.arrow_lane import bench_messages, gate_differential
 from tests.unit.arrow_lane import per_partition as _per_partition
 from tests.unit.arrow_lane import slices as _slices
 
@@ -36,16 +36,7 @@ TOPIC = "t"
 
 
 def _bench_messages(events: int = 3000, seed: int = 1) -> list[KafkaMessage]:
-    from applier.devtools.bench_stream import generate_bench
-
-    w = generate_bench("open", events=events, big_txn_rows=events // 10, seed=seed)
-    offsets: dict[int, int] = {}
-    out = []
-    for part, key, value in w.messages():
-        off = offsets.get(part, 0)
-        offsets[part] = off + 1
-        out.append(KafkaMessage(TOPIC, part, off, key, value))
-    return out
+    return bench_messages("open", events, seed, TOPIC)
 
 
 def _record_by_record(msgs: list[KafkaMessage]) -> list:
