@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from applier.columnar.values import DATE, DATETIME, DECIMAL, FLOAT, INT, STR, Refused
+from applier.columnar.values import DATE, DATETIME, DECIMAL, FLOAT, INT, STR, Refused, slice_back
 
 TIME = "time"  # a TIME as duration[us] (read back by to_python's to_pylist: timedelta); the kind Open's lane keeps
 
@@ -245,9 +245,6 @@ class Columns:
                 for i in idx:
                     out[i] = convert(self._cols[i][2])
                 continue
-            at = 0
-            for i in idx:
-                n = len(self._cols[i][2])
-                out[i] = whole.slice(at, n)
-                at += n
+            for i, part in zip(idx, slice_back(whole, [len(self._cols[i][2]) for i in idx])):
+                out[i] = part
         return out  # type: ignore[return-value]

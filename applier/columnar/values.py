@@ -202,6 +202,15 @@ def to_python(kind: str, conv: Callable[[Any], Any], arr: pa.Array) -> list[Any]
 
 
 
+def slice_back(whole: pa.Array, lengths: Sequence[int]) -> list[pa.Array]:
+    """The columns one conversion of their merged values made, cut back apart (zero-copy slices)."""
+    out, at = [], 0
+    for n in lengths:
+        out.append(whole.slice(at, n))
+        at += n
+    return out
+
+
 _BATCHED = frozenset({INT, FLOAT, STR, BYTES, DECIMAL, DATE, DATETIME})
 
 
@@ -252,9 +261,6 @@ class SliceColumns:
                 for i in idx:  # a uint64 column among int64 ones: each its own type
                     out[i] = column_array(kind, self._cols[i][1], self._cols[i][2], self._texts)
                 continue
-            at = 0
-            for i in idx:
-                n = len(self._cols[i][2])
-                out[i] = whole.slice(at, n)
-                at += n
+            for i, part in zip(idx, slice_back(whole, [len(self._cols[i][2]) for i in idx])):
+                out[i] = part
         return out  # type: ignore[return-value]

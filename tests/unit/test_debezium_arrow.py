@@ -247,6 +247,18 @@ def _dumps(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _edit_byte(rng: random.Random, b: bytearray, inserted: bytes) -> None:
+    """One byte of ``b`` changed, one of ``inserted`` put in, or one removed, at a random place."""
+    i = rng.randrange(len(b))
+    r = rng.random()
+    if r < 0.4:
+        b[i] = rng.randrange(256)
+    elif r < 0.7:
+        b.insert(i, rng.choice(inserted))
+    else:
+        del b[i]
+
+
 def _mutate(rng: random.Random, m: KafkaMessage) -> KafkaMessage:
     key, value = m.key, m.value
     try:
@@ -309,14 +321,7 @@ def _mutate(rng: random.Random, m: KafkaMessage) -> KafkaMessage:
             value[:-1] + b',"payload":' + _dumps(payload) + b"}"
     else:  # a byte changed, inserted or removed (in the schema envelope as often as not)
         b = bytearray(value)
-        i = rng.randrange(len(b))
-        r = rng.random()
-        if r < 0.4:
-            b[i] = rng.randrange(256)
-        elif r < 0.7:
-            b.insert(i, rng.choice(b' ,:{}[]"\\0e.-\xff\xc3'))
-        else:
-            del b[i]
+        _edit_byte(rng, b, b' ,:{}[]"\\0e.-\xff\xc3')
         return _with(m, bytes(b), key)
     return _with(m, _dumps(obj) if obj is not None else value, key)
 
@@ -399,14 +404,7 @@ def test_msgspec_reads_mutated_payloads_as_orjson_does():
     for _ in range(3000):
         b = bytearray(orjson.dumps(rng.choice(values)))
         for _ in range(rng.choice([1, 2])):
-            i = rng.randrange(len(b))
-            r = rng.random()
-            if r < 0.4:
-                b[i] = rng.randrange(256)
-            elif r < 0.7:
-                b.insert(i, rng.choice(b' ,:{}[]"\\0e.-+\xff\xc3\x80u'))
-            else:
-                del b[i]
+            _edit_byte(rng, b, b' ,:{}[]"\\0e.-+\xff\xc3\x80u')
         _agree(bytes(b))
 
 
