@@ -515,21 +515,45 @@ def decode_arrow_batches(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[A
     decoder = worker_decoder(spec)
     schemas = _worker_mode(decoder, spec)
     passthrough = tuple(getattr(decoder, "passthrough_errors", ()))
-    for rb in batches:
-        for lo in range(0, rb.num_rows, CHUNK_MESSAGES):
-            part = rb.slice(lo, CHUNK_MESSAGES)
-            msgs = map(KafkaMessage, *(part.column(i).to_pylist() for i in range(5)))
-            fatal = False
-            try:
-                with gc_paused():  # what a slice allocates is acyclic and freed by reference counting
-                    chunk = decode_slice(decoder, spec, msgs, schemas)
-            except DecodeError as exc:
-                chunk = encode_chunk(Decoded(errors=[(_bad_record(part, exc), exc)]))
-            except passthrough as exc:
-                chunk, fatal = fatal_chunk(exc), True
-            yield pa.RecordBatch.from_arrays([pa.array([chunk], type=pa.binary())], names=["chunk"])
-            if fatal:  # the driver stops on this chunk: decoding the rest would only ask the registry again
-                return
+    for whole in batches:
+        for rb in partition_runs(whole):
+            for lo in range(0, rb.num_rows, CHUNK_MESSAGES):
+                part = rb.slice(lo, CHUNK_MESSAGES)
+                msgs = map(KafkaMessage, *(part.column(i).to_pylist() for i in range(5)))
+                fatal = False
+                try:
+                    with gc_paused():  # what a slice allocates is acyclic and freed by reference counting
+                        chunk = decode_slice(decoder, spec, msgs, schemas)
+                except DecodeError as exc:
+                    chunk = encode_chunk(Decoded(errors=[(_bad_record(part, exc), exc)]))
+                except passthrough as exc:
+                    chunk, fatal = fatal_chunk(exc), True
+                yield pa.RecordBatch.from_arrays([pa.array([chunk], type=pa.binary())], names=["chunk"])
+                if fatal:  # the driver stops on this chunk: decoding the rest would only ask the registry again
+                    return
+
+
+def partition_runs(rb: Any) -> list[Any]:
+    """``rb`` cut where its (topic, partition) changes: every slice a worker decodes holds one Kafka partition.
+
+    A Spark partition of a small micro-batch carries several Kafka partitions one after another
+    (:func:`applier.pipeline.read_chunks` coalesces them), and Spark's Arrow batches do not stop at their seams. A
+    slice must not mix them: an error names its record by offset within the slice (:func:`_bad_record`), and
+    Simple's workers use a schema learnt in their own slice only for that partition's later rows. Two vectorised
+    comparisons per batch; a batch of one partition (every batch of an uncoalesced read) comes back whole."""
+    import pyarrow.compute as pc
+
+    n = rb.num_rows
+    if n < 2:
+        return [rb]
+    topics, parts = rb.column(0), rb.column(1)
+    seams = pc.or_(pc.not_equal(parts.slice(1), parts.slice(0, n - 1)),
+                   pc.not_equal(topics.slice(1), topics.slice(0, n - 1)))
+    cuts = pc.indices_nonzero(seams).to_pylist()
+    if not cuts:
+        return [rb]
+    bounds = [0, *(c + 1 for c in cuts), n]
+    return [rb.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
 
 
 def warm_decoder(spec: WorkerSpec, batches: Iterator[Any]) -> Iterator[Any]:

@@ -58,24 +58,39 @@ def max_offsets_per_trigger(settings: Settings) -> int:
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value")
 
 
-def read_chunks(df, spec: WorkerSpec) -> list[bytes]:
+def read_chunks(df, spec: WorkerSpec, tasks: int | None = None) -> list[bytes]:
     """The micro-batch decoded by Spark's Python workers (applier.decode), as chunks for
     :meth:`BatchProcessor.process_chunks`. Spark runs the workers while this thread waits in the JVM, so they
     decode batch N+1 on other cores while the apply thread writes batch N. A spec with a schema snapshot
-    (:func:`applier.decode.with_schemas`, Simple) sends it as a broadcast, once per snapshot version."""
+    (:func:`applier.decode.with_schemas`, Simple) sends it as a broadcast, once per snapshot version. ``tasks``:
+    read the batch in at most that many Spark tasks (:meth:`DecodePlacement.tasks`); each worker then decodes
+    several Kafka partitions one after another (:func:`applier.decode.partition_runs` keeps them apart)."""
     if spec.schemas is not None:
         spec = shared_schemas(spec, df.sparkSession.sparkContext)
-    decoded = df.select(*RECORD_COLUMNS).mapInArrow(
+    records = df.select(*RECORD_COLUMNS)
+    if tasks is not None:
+        records = records.coalesce(tasks)
+    decoded = records.mapInArrow(
         functools.partial(decode_arrow_batches, spec), CHUNK_SCHEMA)
     return decoded.toArrow().column(0).to_pylist()
 
 
 # Below this many decoded events in the previous micro-batch, ``decode_on = "auto"`` decodes the next one in the
-# driver. Events, not messages: an Open Protocol message carries up to 16 row changes.
-# A live batch at 5k row changes/s was read + applied in 0.60-0.67x the time that way (the Python worker job's
-# fixed cost and the chunk round trip outweigh a second core), while catch-up batches of 100k+ messages gain
-# about 13% from the workers (docs/benchmarks.md, rounds 3 and 4).
-SMALL_BATCH_EVENTS = 20_000
+# driver. Events, not messages: an Open Protocol message carries up to 16 row changes. Measured live (Canal-JSON
+# into PostgreSQL, 500 ms trigger, 2 minutes each, workers reading small batches in one task per core): at 5k row
+# changes/s (2.5k-event batches) the driver's decode gave staleness p99 0.61 s against the workers' 0.66 s and
+# used less of the machine; at 10k/s (5k-event batches) the workers' 0.89 s against 1.17 s, and at 20k/s the
+# driver's decode on the apply thread (184 ms a batch) put p99 at 3.4-3.7 s where the workers hold 1.4 s
+# (docs/benchmarks.md, round 5, fifth sitting). Batches of one or a few messages keep Spark's Python job out of
+# their way (round 4: 1-message batches 182 -> 122 ms).
+SMALL_BATCH_EVENTS = 4_000
+# Below this many events in the previous micro-batch the workers read it in one Spark task per core rather than
+# one per Kafka partition: a task costs a Python worker about 33 ms of CPU whatever its size (measured: 300k
+# Canal-JSON row changes in 15k-event batches, 6 partitions, local[2]: workers 10.0-10.5 CPU-s with 6 tasks a
+# batch, 6.0-6.6 with 2, the same as in 200k-event batches), which at 20k row changes/s was a quarter of a core.
+# Catch-up batches keep a task per Kafka partition: there the cost is a few percent, and Spark's coalescing
+# pairs partitions by position, not size, so a skewed partition would hold up its partner.
+COALESCE_BELOW_EVENTS = 100_000
 # How often the Spark thread asks Kafka for new partitions of the subscribed topics.
 PARTITION_REFRESH_SECONDS = 30.0
 
@@ -115,6 +130,13 @@ class DecodePlacement:
         if not self.auto:
             return True
         return self.previous is None or self.previous >= SMALL_BATCH_EVENTS
+
+    def tasks(self, parallelism: int) -> int | None:
+        """How many Spark tasks the workers read the next batch in: ``parallelism`` (the cluster's cores) after a
+        batch below :data:`COALESCE_BELOW_EVENTS` events, else None (one per Kafka partition, Spark's own)."""
+        if self.previous is None or self.previous >= COALESCE_BELOW_EVENTS:
+            return None
+        return max(1, parallelism)
 
     def saw(self, events: int) -> None:
         self.previous = events
@@ -916,7 +938,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         if on_executors:
             bspec = with_schemas(spec, processor.decoder)  # Simple: the schemas the driver knows now
             try:
-                payload = read_chunks(df, bspec)
+                payload = read_chunks(df, bspec, placement.tasks(spark.sparkContext.defaultParallelism))
             except Exception as exc:
                 if not worker_crashed(exc):
                     raise

@@ -95,10 +95,37 @@ def test_bad_record_comes_back_with_its_bytes_and_later_records_still_decode() -
 def test_in_stop_mode_the_first_bad_record_is_what_the_driver_raises() -> None:
     msgs = _with_garbage(_with_garbage(_messages("open"), 7), 12)
     got = _on_workers("open", msgs, stop_at_error=True)
-    assert [m.offset for m, _ in got.errors] == [msgs[7].offset]
+    # each partition's slice stops at its own first bad record; the driver raises the first in Kafka order
+    assert got.errors[0][0].position == msgs[7].position
     with pytest.raises(DecodeError) as err:
         D.decode_messages(get_decoder("open"), msgs, stop_at_error=True)
     assert str(got.errors[0][1]) == str(err.value)
+
+
+def test_partition_runs_cut_a_batch_at_each_change_of_topic_or_partition() -> None:
+    msgs = [KafkaMessage(t, p, o, None, b"") for t, p, o in
+            [("t", 0, 0), ("t", 0, 1), ("t", 1, 0), ("u", 1, 0), ("u", 1, 1), ("t", 0, 2)]]
+    runs = D.partition_runs(_batch(msgs))
+    assert [(r.column(0).to_pylist(), r.column(1).to_pylist(), r.column(2).to_pylist()) for r in runs] == [
+        (["t", "t"], [0, 0], [0, 1]), (["t"], [1], [0]), (["u", "u"], [1, 1], [0, 1]), (["t"], [0], [2])]
+    one = _batch(msgs[:2])
+    assert D.partition_runs(one) == [one] and D.partition_runs(one)[0] is one  # the usual batch: no copy, no cut
+    for few in (_batch(msgs[:1]), _batch([])):
+        assert D.partition_runs(few) == [few]
+
+
+def test_a_coalesced_batch_names_the_bad_record_of_its_own_partition() -> None:
+    """A Spark task of a small batch reads several Kafka partitions (pipeline.read_chunks coalesces them) and its
+    Arrow batch runs across their seam; partitions reuse offsets, so the error must come back with the record of
+    the partition it names, not the first record with that offset."""
+    good = [m for m in _messages("canal-json", partitions=2) if m.partition == 0][:5]
+    other = [KafkaMessage("t", 1, m.offset, m.key, m.value) for m in good]
+    other[2] = KafkaMessage("t", 1, other[2].offset, None, b"{not json")
+    got = _on_workers("canal-json", good + other, stop_at_error=True)
+    assert [(m.partition, m.offset, m.value) for m, _ in got.errors] == [(1, other[2].offset, b"{not json")]
+    assert got.errors[0][1].position == other[2].position
+    want = D.decode_messages(get_decoder("canal-json"), good, stop_at_error=True)
+    same_events(got.events, want.events)  # partition 1's slice comes back as its error alone (stop mode)
 
 
 def test_a_wrong_protocol_is_named_by_the_worker_too() -> None:
@@ -147,7 +174,7 @@ def test_decode_on_setting() -> None:
 
 
 def test_auto_decodes_small_batches_in_the_driver_and_big_ones_in_the_workers() -> None:
-    from applier.pipeline import SMALL_BATCH_EVENTS, DecodePlacement
+    from applier.pipeline import COALESCE_BELOW_EVENTS, SMALL_BATCH_EVENTS, DecodePlacement
 
     auto = DecodePlacement.for_settings(parse_config(_cfg("canal-json", None)))
     assert auto.executors and auto.driver  # the driver needs its crash guard too
@@ -158,6 +185,10 @@ def test_auto_decodes_small_batches_in_the_driver_and_big_ones_in_the_workers() 
     assert auto.on_executors()
     auto.saw(0)  # an idle live batch
     assert not auto.on_executors()
+    assert auto.tasks(2) == 2 and auto.tasks(0) == 1  # a small batch: one Spark task per core
+    auto.saw(COALESCE_BELOW_EVENTS)
+    assert auto.tasks(2) is None  # catch-up: one task per Kafka partition
+    assert DecodePlacement.for_settings(parse_config(_cfg("canal-json", None))).tasks(2) is None  # the first batch
     assert "driver" in auto.describe() and "workers" in auto.describe()
 
     pinned = DecodePlacement.for_settings(parse_config(_cfg("canal-json", "executors")))
