@@ -317,9 +317,9 @@ class Gate:
 
     def add_batches(self, batches: Iterable["RowBatch"]) -> None:
         """Take the row batches of one micro-batch (the columnar lane, gated streams only): rows at or below the
-        applied ts (or their table's floor) are dropped as in :meth:`add`, the rest held as batches. Copies of a change are dropped when
-        they are released (:func:`applier.columnar.held.drop_copies`): they share its commit ts, so one release
-        takes them all. A batch of a table without key columns goes in as events: its copies are told apart by
+        applied ts (or their table's floor) are dropped as in :meth:`add`, the rest held as batches. Copies of a
+        change are dropped when they are released (:func:`applier.columnar.held.drop_copies`): they share its commit
+        ts, so one release takes them all. A batch of a table without key columns goes in as events: its copies are told apart by
         position (:func:`_keyless_identity`), which only the event path keeps."""
         if not self.gated:
             raise ValueError("row batches need a gated stream")
