@@ -17,12 +17,12 @@ Why each rule exists (architecture invariants):
 * Duplicates (4): an event is dropped only when ``commit_ts <= applied_ts`` (the resolved ts already applied, or
   for a new pipeline ``source.start_ts``: the snapshot the replica was seeded from already holds those changes),
   or at or below its table's floor (``table_floors``: with apply streams, a table whose stream committed past the
-  pipeline's applied ts before a crash), or when it is the same change as one still held (:func:`_row_identity`: compared exactly, never by a hash
-  alone). Anything else above the applied ts is kept even when it arrives after newer ones — dropping those
-  lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once. A change
-  of a table without key columns is never taken for a copy by its content, since such a table may hold
-  identical rows (:func:`_keyless_identity`): its re-sent copies are kept (at-least-once; README, "Keyless
-  tables").
+  pipeline's applied ts before a crash), or when it is the same change as one still held (:func:`_row_identity`:
+  compared exactly, never by a hash alone). Anything else above the applied ts is kept even when it arrives after
+  newer ones — dropping those lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per
+  partition) is kept once. A change of a table without key columns is never taken for a copy by its content,
+  since such a table may hold identical rows (:func:`_keyless_identity`): its re-sent copies are kept
+  (at-least-once; README, "Keyless tables").
 * Nothing lost on restart (7): :meth:`Gate.restart_offsets` is, per partition, the lowest offset of any event
   still held (in memory or spilled), so re-reading Kafka from there rebuilds the held set after a crash.
 * Bounded memory (8): held events beyond ``budget_bytes`` spill to local disk (:class:`applier.spill.RunStore`).
@@ -319,8 +319,8 @@ class Gate:
         """Take the row batches of one micro-batch (the columnar lane, gated streams only): rows at or below the
         applied ts (or their table's floor) are dropped as in :meth:`add`, the rest held as batches. Copies of a
         change are dropped when they are released (:func:`applier.columnar.held.drop_copies`): they share its commit
-        ts, so one release takes them all. A batch of a table without key columns goes in as events: its copies are told apart by
-        position (:func:`_keyless_identity`), which only the event path keeps."""
+        ts, so one release takes them all. A batch of a table without key columns goes in as events: its copies are
+        told apart by position (:func:`_keyless_identity`), which only the event path keeps."""
         if not self.gated:
             raise ValueError("row batches need a gated stream")
         import pyarrow as pa
