@@ -88,7 +88,8 @@ def test_streams_then_the_marker_and_what_a_restart_loads(fresh_engine, store) -
     assert (st.applied_ts, st.streams, st.table_floors, st.checkpoints) == (200, {0: 200, 1: 200}, {}, cp2)
     assert st.batches == 2
     with e.begin() as c:
-        store.save_stream(c, stream=0, applied_ts=300, table_progress={("up", "a"): tp("a", 4), ("up", "c"): tp("c", 2)})
+        store.save_stream(c, stream=0, applied_ts=300,
+                          table_progress={("up", "a"): tp("a", 4), ("up", "c"): tp("c", 2)})
     assert stored(e, "p") == {"pipeline": (200, 12), "streams": {0: (300, 9), 1: (200, 2)},
                               "tables": {"a": (300, 7), "b": (200, 2), "c": (300, 3)}}
     assert load(e, store).table_floors == {("up", "a"): 300, ("up", "c"): 300}
