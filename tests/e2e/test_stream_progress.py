@@ -5,6 +5,8 @@ its own (``fresh_engine``), so the shared one keeps its revision."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from alembic import command
 from sqlalchemy import inspect, select
@@ -125,3 +127,38 @@ def test_a_load_with_replace_forgets_the_streams(fresh_engine, store) -> None:
         store.start_at(c, applied_ts=150, tables_loaded={("up", "a"): tp("a", 0)}, replace=True)
     st = load(e, store)
     assert (st.applied_ts, st.streams, st.table_floors) == (150, {}, {})
+
+
+def test_concurrent_streams_commit_without_deadlock_and_every_row_counts(fresh_engine, store) -> None:
+    """Four streams save at the same moment, window after window (the first save of each inserts its rows): the
+    writer row's lock makes them take turns from their progress save to their commit, so no two of them deadlock
+    on the UPDATE-then-INSERT of their rows (an InnoDB gap-lock pattern) and no count is lost."""
+    e = fresh_engine
+    with e.begin() as c:
+        store.save(c, applied_ts=100, checkpoints=CP, table_progress={})
+    streams, windows = 4, 8
+    barrier = threading.Barrier(streams)
+    errors: list[BaseException] = []
+
+    def stream(n: int) -> None:
+        try:
+            for w in range(1, windows + 1):
+                with e.connect() as conn:
+                    with conn.begin():
+                        barrier.wait(timeout=30)
+                        store.save_stream(conn, stream=n, applied_ts=100 + w,
+                                          table_progress={("up", f"t{n}"): tp(f"t{n}", n + 1)})
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=stream, args=(n,)) for n in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    total = sum(n + 1 for n in range(streams)) * windows
+    assert stored(e, "p") == {
+        "pipeline": (100, total), "streams": {n: (100 + windows, (n + 1) * windows) for n in range(streams)},
+        "tables": {f"t{n}": (100 + windows, (n + 1) * windows) for n in range(streams)}}
