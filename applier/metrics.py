@@ -120,7 +120,7 @@ class PipelineMetrics(StageTimer):
 
     def resumed(self, state: Any) -> None:
         self.seed(state.applied_ts, {}, {tp: cp.resolved_ts for tp, cp in state.checkpoints.items()})
-        for stream, ts in getattr(state, "streams", {}).items():
+        for stream, ts in state.streams.items():
             self.stream_applied(stream, ts)
         self.inner.resumed(state)
 
