@@ -16,12 +16,13 @@ Why each rule exists (architecture invariants):
   between the changes of its table before and after it.
 * Duplicates (4): an event is dropped only when ``commit_ts <= applied_ts`` (the resolved ts already applied, or
   for a new pipeline ``source.start_ts``: the snapshot the replica was seeded from already holds those changes),
-  or when it is the same change as one still held (:func:`_row_identity`: compared exactly, never by a hash
-  alone). Anything else above the applied ts is kept even when it arrives after newer ones — dropping those
-  lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per partition) is kept once. A change
-  of a table without key columns is never taken for a copy by its content, since such a table may hold
-  identical rows (:func:`_keyless_identity`): its re-sent copies are kept (at-least-once; README, "Keyless
-  tables").
+  or at or below its table's floor (``table_floors``: with apply streams, a table whose stream committed past the
+  pipeline's applied ts before a crash), or when it is the same change as one still held (:func:`_row_identity`:
+  compared exactly, never by a hash alone). Anything else above the applied ts is kept even when it arrives after
+  newer ones — dropping those lost rows in TiCDC's own consumer (ticdc#4051). Broadcast DDL (one copy per
+  partition) is kept once. A change of a table without key columns is never taken for a copy by its content,
+  since such a table may hold identical rows (:func:`_keyless_identity`): its re-sent copies are kept
+  (at-least-once; README, "Keyless tables").
 * Nothing lost on restart (7): :meth:`Gate.restart_offsets` is, per partition, the lowest offset of any event
   still held (in memory or spilled), so re-reading Kafka from there rebuilds the held set after a crash.
 * Bounded memory (8): held events beyond ``budget_bytes`` spill to local disk (:class:`applier.spill.RunStore`).
@@ -41,7 +42,7 @@ import os
 import sys
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from applier.events import DDL, Event, Resolved, RowChange
 from applier.spill import Arrivals, Held, RunStore, Taken, TopicPartition
@@ -117,6 +118,11 @@ def _keyless_identity(ev: RowChange, nth: int) -> tuple:
     return ("keyless", pos.topic, pos.partition, pos.offset, nth, _content_hash(_content(ev)))
 
 
+def _live_floors(floors: Mapping[tuple[str, str], int] | None, applied_ts: int) -> dict[tuple[str, str], int]:
+    """The table floors above ``applied_ts``: one at or below it drops nothing the applied ts does not."""
+    return {t: ts for t, ts in (floors or {}).items() if ts > applied_ts}
+
+
 @dataclass(frozen=True)
 class PartitionCheckpoint:
     restart_offset: int  # re-read from here after a crash
@@ -139,6 +145,7 @@ class Gate:
         gated: bool = True,
         upstream_holds: Callable[[], tuple[dict[TopicPartition, int], int | None]] | None = None,
         until_ts: int | None = None,
+        table_floors: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         """``gated=False`` is for protocols without a watermark: everything is released at once, in offset
         order per partition, and nothing is dropped by commit ts (it may be unknown).
@@ -147,6 +154,14 @@ class Gate:
         lowest offset per partition and the smallest commit ts. The gate never releases at or above that ts
         and never reports a restart offset above those offsets, so held messages are neither overtaken nor
         lost on restart.
+
+        ``table_floors`` (gated only; an ungated gate ignores them, as it drops nothing by commit ts) maps an
+        upstream (schema, table) to the ts already applied for that table (``applier_tables.applied_ts``): with
+        apply streams a crash between two streams' commits leaves some tables applied past the pipeline's applied
+        ts, and a row or DDL event of such a table with ``commit_ts <= floor`` is a duplicate (counted in
+        ``duplicates_dropped``, as the events at or below the applied ts are). Other tables are unaffected, and a
+        floor at or below the applied ts says nothing more than the applied ts: those are dropped here, and the
+        others once :meth:`forget` moves the applied ts past them.
 
         ``until_ts`` (gated only) caps every release at that ts: nothing committed after it is released even when
         the global resolved ts is beyond it, so once the global resolved ts reaches it the applied resolved ts is
@@ -158,6 +173,9 @@ class Gate:
             raise ValueError("until_ts needs a gated stream: without resolved ts nothing says when every change up "
                              "to it has arrived")
         self.until_ts = until_ts
+        # upstream (schema, table) -> the ts applied for it above applied_ts; only those mean anything (see
+        # _live_floors), so with none the intake pays one test of an empty local per event
+        self._floors: dict[tuple[str, str], int] = _live_floors(table_floors, applied_ts) if gated else {}
         self.gated = gated
         self._upstream_holds = upstream_holds
         self.applied_ts = applied_ts
@@ -205,6 +223,7 @@ class Gate:
         stats = self.stats
         keyless_at: tuple[TopicPartition, int] | None = None  # the message the last keyless change came from
         keyless_nth = 0  # its place among that message's keyless changes
+        floors = self._floors or None  # per-table applied ts above `applied` (apply streams), usually none
         for ev in events:
             pos = ev.position
             if pos is None:
@@ -231,6 +250,11 @@ class Gate:
             if gated and ts <= applied:
                 stats["duplicates_dropped"] += 1
                 continue
+            if floors is not None:
+                floor = floors.get((ev.schema, ev.table))
+                if floor is not None and ts <= floor:
+                    stats["duplicates_dropped"] += 1
+                    continue
             if not is_row:
                 # Gated, a broadcast DDL is kept once (commit order makes it a barrier for every partition).
                 # Ungated, release is in offset order per partition, so each partition's copy must stay as
@@ -293,10 +317,10 @@ class Gate:
 
     def add_batches(self, batches: Iterable["RowBatch"]) -> None:
         """Take the row batches of one micro-batch (the columnar lane, gated streams only): rows at or below the
-        applied ts are dropped as in :meth:`add`, the rest held as batches. Copies of a change are dropped when
-        they are released (:func:`applier.columnar.held.drop_copies`): they share its commit ts, so one release
-        takes them all. A batch of a table without key columns goes in as events: its copies are told apart by
-        position (:func:`_keyless_identity`), which only the event path keeps."""
+        applied ts (or their table's floor) are dropped as in :meth:`add`, the rest held as batches. Copies of a
+        change are dropped when they are released (:func:`applier.columnar.held.drop_copies`): they share its commit
+        ts, so one release takes them all. A batch of a table without key columns goes in as events: its copies are
+        told apart by position (:func:`_keyless_identity`), which only the event path keeps."""
         if not self.gated:
             raise ValueError("row batches need a gated stream")
         import pyarrow as pa
@@ -314,6 +338,7 @@ class Gate:
         kept = []
         as_events: list[Event] = []
         applied = self.applied_ts
+        floors = self._floors
         for group in same.values():
             try:
                 merged = [concat_batches(group)]
@@ -327,7 +352,8 @@ class Gate:
                     self.resolved.setdefault(tp, 0)
                     if top + 1 > self.next_offsets.get(tp, -1):
                         self.next_offsets[tp] = top + 1
-                fresh = pc.greater(d.column("_ts"), applied)
+                sh = b.shape
+                fresh = pc.greater(d.column("_ts"), floors.get((sh.schema, sh.table), applied) if floors else applied)
                 n = pc.sum(fresh).as_py() or 0
                 if n < len(b):
                     self.stats["duplicates_dropped"] += len(b) - n
@@ -366,6 +392,11 @@ class Gate:
     @property
     def memory_bytes(self) -> int:
         return self._runs.memory_bytes + (self._batches.memory_bytes if self._batches is not None else 0)
+
+    @property
+    def table_floors(self) -> dict[tuple[str, str], int]:
+        """The per-table floors still above the applied ts (see ``table_floors`` in the constructor)."""
+        return dict(self._floors)
 
     @property
     def reached_until_ts(self) -> bool:
@@ -432,6 +463,8 @@ class Gate:
         done_ts = rel.upto if self.gated else rel.max_ts
         if done_ts > self.applied_ts:
             self.applied_ts = done_ts
+        if self._floors:
+            self._floors = _live_floors(self._floors, self.applied_ts)
         if self._held_ddl:
             self._held_ddl = {k for k in self._held_ddl if k[0] > self.applied_ts}
         heap, rows = self._held_row_ts, self._held_rows

@@ -55,6 +55,7 @@ class Snapshot:
     table_applied_ts: dict[tuple[str, str], int] = field(default_factory=dict)
     held_events: int = 0
     held_memory_bytes: int = 0
+    stream_applied_ts: dict[int, int] = field(default_factory=dict)  # apply stream -> its applied ts
 
 
 class PipelineMetrics(StageTimer):
@@ -119,7 +120,14 @@ class PipelineMetrics(StageTimer):
 
     def resumed(self, state: Any) -> None:
         self.seed(state.applied_ts, {}, {tp: cp.resolved_ts for tp, cp in state.checkpoints.items()})
+        for stream, ts in state.streams.items():
+            self.stream_applied(stream, ts)
         self.inner.resumed(state)
+
+    def stream_applied(self, stream: int, applied_ts: int) -> None:
+        """An apply stream committed its rows up to ``applied_ts`` (any thread)."""
+        with self._lock:
+            self.snap.stream_applied_ts[stream] = applied_ts
 
     def applied(self, report: Any, gate: Any) -> None:
         self.after_batch(report, gate)
@@ -198,7 +206,8 @@ class _ScrapeCollector(Collector):
         with m._lock:
             t = m.snap
             s = Snapshot(t.applied_ts, t.global_resolved_ts, dict(t.partition_resolved), dict(t.next_offsets),
-                         dict(t.end_offsets), dict(t.table_applied_ts), t.held_events, t.held_memory_bytes)
+                         dict(t.end_offsets), dict(t.table_applied_ts), t.held_events, t.held_memory_bytes,
+                         dict(t.stream_applied_ts))
         s_applied = s.applied_ts
         p = m.pipeline
 
@@ -255,6 +264,12 @@ class _ScrapeCollector(Collector):
         yield tab_ts
         yield tab_change
         yield tab_fresh
+        streams = family("applier_stream_applied_timestamp_seconds", "Physical time of the ts each apply stream "
+                         "committed its rows up to (the applied resolved ts is the minimum over them)", "stream")
+        for n, ts in sorted(s.stream_applied_ts.items()):
+            if ts > 0:
+                streams.add_metric([p, str(n)], tso_seconds(ts))
+        yield streams
         yield gauge("applier_held_events", "Events held until the resolved ts passes them", s.held_events)
         yield gauge("applier_held_memory_bytes", "Estimated memory of the held events", s.held_memory_bytes)
         yield gauge("applier_spilled_bytes", "Bytes of held events spilled to local disk", m.spilled_bytes())

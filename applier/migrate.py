@@ -15,11 +15,18 @@ from applier.progress import VERSION_TABLE
 
 
 def script_location() -> str:
-    """The migrations folder: packaged as ``applier._migrations`` in a wheel, or ``migrations/`` in a checkout."""
+    """The migrations folder next to this package: ``applier/_migrations`` in a wheel, ``migrations/`` in a
+    checkout. Only then ``applier._migrations`` as the import system finds it: an editable install maps that name to
+    its own checkout's folder, so a second checkout (a git worktree) imported through PYTHONPATH would otherwise
+    migrate with the first one's revisions."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "_migrations", here.parent / "migrations"):
+        if (folder / "env.py").is_file():
+            return str(folder)
     spec = importlib.util.find_spec("applier._migrations")
     if spec is not None and spec.submodule_search_locations:
         return str(Path(list(spec.submodule_search_locations)[0]))
-    return str(Path(__file__).resolve().parents[1] / "migrations")
+    return str(here.parent / "migrations")
 
 
 def _config() -> Config:

@@ -7,12 +7,14 @@ only ever runs once per partition/table per transaction.
 
 One writer per pipeline (invariant 13): a run claims the pipeline in ``applier_writers`` by raising its epoch
 (:meth:`ProgressStore.claim`) before it reads its progress, and every data transaction ends its writes through
-:meth:`ProgressStore.save` or :meth:`ProgressStore.ddl_record`, which first update the writer row *where the
-epoch is still ours*. No row matched means a newer run claimed the pipeline: :class:`WriterFenced` is raised
-and the caller's transaction rolls back, so a fenced run changes nothing. The row lock that update takes
-serializes against a concurrent claim (the claimer's UPDATE waits for our commit), so once a claim has
-committed, every transaction of the older run either committed before it, and the new run reads its progress,
-or fails its check.
+:meth:`ProgressStore.save`, :meth:`ProgressStore.save_stream` (an apply stream's) or
+:meth:`ProgressStore.ddl_record`, which first update the writer row *where the epoch is still ours*. No row
+matched means a newer run claimed the pipeline: :class:`WriterFenced` is raised and the caller's transaction rolls
+back, so a fenced run changes nothing. The row lock that update takes serializes against a concurrent claim (the
+claimer's UPDATE waits for our commit), so once a claim has committed, every transaction of the older run either
+committed before it, and the new run reads its progress, or fails its check. (It serializes the commits of
+concurrent apply streams too: each holds the writer row, and the pipeline's row it adds its rows to, from its
+progress save to its commit.)
 """
 
 from __future__ import annotations
@@ -148,6 +150,15 @@ loads = Table(
     Column("loaded_at", DateTime, nullable=False),
 )
 
+streams = Table(
+    "applier_streams", metadata,  # [target] apply_streams: how far each stream committed (issue 26, invariant 16)
+    Column("pipeline", String(64), primary_key=True),
+    Column("stream", Integer, primary_key=True, autoincrement=False),
+    Column("applied_ts", BigInteger, nullable=False),
+    Column("rows_applied", BigInteger, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
+)
+
 VERSION_TABLE = "applier_schema_version"
 
 
@@ -184,12 +195,19 @@ def ddl_key(ev: DDL) -> str:
 
 @dataclass
 class PipelineState:
-    """What a restart needs: where each partition resumes and what was applied."""
+    """What a restart needs: where each partition resumes and what was applied.
+
+    With apply streams a crash can fall between two streams' commits of a window: ``applied_ts`` (the marker's) is
+    then below what some streams committed. ``streams`` is each stream's own applied ts, and ``table_floors`` the
+    upstream tables applied past ``applied_ts`` (their applier_tables rows), which the gate needs so that their
+    re-read changes are not applied twice (:class:`applier.gate.Gate`'s ``table_floors``)."""
 
     applied_ts: int = 0
     batches: int = 0
     checkpoints: dict[tuple[str, int], PartitionCheckpoint] = field(default_factory=dict)
     exists: bool = False
+    table_floors: dict[tuple[str, str], int] = field(default_factory=dict)
+    streams: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -278,6 +296,13 @@ class ProgressStore:
             st.checkpoints[(r["topic"], int(r["kafka_partition"]))] = PartitionCheckpoint(
                 int(r["restart_offset"]), int(r["resolved_ts"]), int(r["next_offset"])
             )
+        for schema, table, ts in conn.execute(
+                select(tables.c.source_schema, tables.c.source_table, tables.c.applied_ts)
+                .where(tables.c.pipeline == self.pipeline, tables.c.applied_ts > st.applied_ts)):
+            st.table_floors[(schema, table)] = int(ts)
+        for n, ts in conn.execute(select(streams.c.stream, streams.c.applied_ts)
+                                  .where(streams.c.pipeline == self.pipeline)):
+            st.streams[int(n)] = int(ts)
         return st
 
     def save(
@@ -290,7 +315,12 @@ class ProgressStore:
         batches: int = 0,
     ) -> None:
         """Record progress in the caller's transaction (the one that wrote the data), after checking that this
-        run is still the pipeline's writer (every data transaction calls this or :meth:`ddl_record`)."""
+        run is still the pipeline's writer (every data transaction calls this, :meth:`save_stream` or
+        :meth:`ddl_record`).
+
+        With apply streams, ``table_progress={}`` is the marker: once every stream committed a window
+        (:meth:`save_stream`), it moves the pipeline's applied ts and the partitions' checkpoints, and adds no
+        rows (the streams counted theirs)."""
         self.check_writer(conn)
         ts = now()
         rows_total = sum(t.rows for t in table_progress.values())
@@ -310,6 +340,40 @@ class ProgressStore:
                         updated_at=ts)
             if conn.execute(update(partitions).where(where).values(**vals)).rowcount == 0:
                 conn.execute(insert(partitions).values(pipeline=self.pipeline, topic=topic, kafka_partition=part, **vals))
+        self._save_tables(conn, applied_ts, table_progress, ts)
+
+    def save_stream(self, conn: Connection, *, stream: int, applied_ts: int,
+                    table_progress: Mapping[tuple[str, str], TableProgress]) -> None:
+        """Record one apply stream's progress in the caller's transaction (the one that wrote the stream's rows),
+        after checking that this run is still the pipeline's writer (invariant 13): the stream's row in
+        applier_streams (its applied ts, its rows added), its rows added to the pipeline's ``rows_applied``, and
+        its tables' rows in applier_tables at ``applied_ts``, as :meth:`save` writes them.
+
+        ``applied_ts`` must be a ts the stream has committed every change of its tables up to: a table's row
+        becomes its floor after a crash (:attr:`PipelineState.table_floors`), below which its changes are dropped
+        as applied. The pipeline's applied ts and the partitions' checkpoints are not touched: the marker
+        (:meth:`save` with ``table_progress={}``) moves them once every stream committed the window, and it must
+        have created the pipeline's row before a stream's first save (a RuntimeError says so otherwise)."""
+        self.check_writer(conn)
+        ts = now()
+        rows_total = sum(t.rows for t in table_progress.values())
+        upd = conn.execute(update(pipelines).where(pipelines.c.pipeline == self.pipeline)
+                           .values(rows_applied=pipelines.c.rows_applied + rows_total, updated_at=ts))
+        if upd.rowcount == 0:
+            raise RuntimeError(
+                f"pipeline {self.pipeline!r}: apply stream {stream} cannot save its progress: the pipeline has no row "
+                "in applier_pipelines yet. The marker (ProgressStore.save with table_progress={}) must be saved "
+                "first, before any stream's first transaction")
+        where = and_(streams.c.pipeline == self.pipeline, streams.c.stream == stream)
+        if conn.execute(update(streams).where(where).values(
+                applied_ts=applied_ts, rows_applied=streams.c.rows_applied + rows_total, updated_at=ts)).rowcount == 0:
+            conn.execute(insert(streams).values(pipeline=self.pipeline, stream=stream, applied_ts=applied_ts,
+                                                rows_applied=rows_total, updated_at=ts))
+        self._save_tables(conn, applied_ts, table_progress, ts)
+
+    def _save_tables(self, conn: Connection, applied_ts: int, table_progress: Mapping[tuple[str, str], TableProgress],
+                     ts: dt.datetime) -> None:
+        """Each upstream table's row in applier_tables: its target, ``applied_ts``, and its rows added."""
         for (schema, table), tp in table_progress.items():
             where = and_(tables.c.pipeline == self.pipeline, tables.c.source_schema == schema,
                          tables.c.source_table == table)
@@ -325,12 +389,13 @@ class ProgressStore:
         in the caller's transaction and after checking the writer epoch, so that the next run drops every change
         with commit ts <= it. ``tables_loaded``: the upstream tables whose rows the load put in the target (they
         count as applied, e.g. for shard merges). ``replace`` first forgets the pipeline's progress: its Kafka
-        positions (the next run reads from ``source.starting_offsets``) and its per-table rows, and marks the DDL
-        it ran after ``applied_ts`` as ``started``: the next run replays them as after a crash (a DDL already in
-        effect counts as done), so a table the load created again at the snapshot's shape gets them too."""
+        positions (the next run reads from ``source.starting_offsets``), its per-table and per-stream rows, and
+        marks the DDL it ran after ``applied_ts`` as ``started``: the next run replays them as after a crash (a DDL
+        already in effect counts as done), so a table the load created again at the snapshot's shape gets them
+        too."""
         self.check_writer(conn)
         if replace:
-            for t in (partitions, tables, pipelines):
+            for t in (partitions, tables, streams, pipelines):
                 conn.execute(t.delete().where(t.c.pipeline == self.pipeline))
             conn.execute(update(ddl_history).where(ddl_history.c.pipeline == self.pipeline,
                                                    ddl_history.c.commit_ts > applied_ts, ddl_history.c.state == "done")

@@ -72,6 +72,7 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "", now: float |
         quarantined = _quarantined_messages(conn, pipeline)
         untrusted = _quarantined_messages(conn, pipeline, UNTRUSTED)
         writer = _writer(conn, pipeline)
+        streams = _streams(conn, pipeline, now)
     held = held_rows(engine, pipeline)
     if pl is None:
         return {"pipeline": pipeline, "exists": False, "consistency": consistency, "writer": writer,
@@ -101,6 +102,7 @@ def status(engine: Engine, pipeline: str, *, consistency: str = "", now: float |
         "untrusted_timestamps": untrusted,
         "quarantined_rows": held,
         "writer": writer,
+        "streams": streams,
         "partitions": [
             {"topic": r["topic"], "partition": int(r["kafka_partition"]), "restart_offset": int(r["restart_offset"]),
              "next_offset": int(r["next_offset"]), "resolved_ts": int(r["resolved_ts"])}
@@ -263,6 +265,18 @@ def _writer(conn: Any, pipeline: str) -> dict[str, Any] | None:
             "heartbeat_at": _utc(row["heartbeat_at"])}
 
 
+def _streams(conn: Connection, pipeline: str, now: float) -> list[dict[str, Any]]:
+    """Each apply stream's progress (applier_streams), in stream order; empty without apply streams or for tables
+    before revision 0012 (status must not need a migration). A stream ahead of ``applied_ts`` committed a window
+    the others have not finished yet."""
+    if not inspect(conn).has_table(p.streams.name):
+        return []
+    rows = conn.execute(select(p.streams.c.stream, p.streams.c.applied_ts, p.streams.c.rows_applied)
+                        .where(p.streams.c.pipeline == pipeline).order_by(p.streams.c.stream))
+    return [{"stream": int(n), "applied_ts": int(ts), "rows_applied": int(r), "lag_seconds": lag_seconds(int(ts), now)}
+            for n, ts, r in rows]
+
+
 def _utc(t: Any) -> str | None:
     return None if t is None else t.isoformat() + "Z"
 
@@ -297,6 +311,8 @@ def format_status(st: dict[str, Any]) -> str:
         _writer_line(st.get("writer")),
         *_held_line(st.get("quarantined_rows")),
         *_untrusted_line(st.get("untrusted_timestamps")),
+        *(f"  stream {s['stream']}  applied ts {s['applied_ts']}  (lag {_seconds(s['lag_seconds'])})  "
+          f"row changes {s['rows_applied']}" for s in st.get("streams") or ()),
         "  partitions:",
     ]
     for r in st["partitions"]:

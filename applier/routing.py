@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -75,6 +75,9 @@ SYSTEM_SCHEMAS: frozenset[str] = frozenset(
 #: Longest schema or table name a template may produce (MySQL's identifier limit; PostgreSQL's is
 #: 63 bytes and is the PostgreSQL writer's business).
 MAX_NAME_LENGTH = 64
+
+#: what :meth:`Router.route` is to its callers: upstream (schema, table) -> target (schema, table), None to drop
+Route = Callable[[str, str], "tuple[str, str] | None"]
 
 _TEMPLATE_FIELDS = ("schema", "table")
 

@@ -34,12 +34,15 @@ def _tso_ms(ts: int) -> int:
 
 def check_progress_rows(pipeline_row: Mapping[str, Any] | None, partitions: Sequence[Mapping[str, Any]],
                         tables: Sequence[Mapping[str, Any]], ddl: Sequence[Mapping[str, Any]], *, gated: bool,
-                        subscribed: Callable[[str], bool], now_ms: int | None = None) -> list[Finding]:
+                        subscribed: Callable[[str], bool], now_ms: int | None = None,
+                        streams: Sequence[Mapping[str, Any]] = ()) -> list[Finding]:
     """The invariants the progress rows keep (pure: rows in, findings out).
 
     The per-partition resolved ts is the partition's resolved ts *as of its restart offset* (applier/gate.py),
     which may lie below the applied ts while the partition holds events; only a partition holding nothing
-    (restart offset = next offset) must have reached the applied ts."""
+    (restart offset = next offset) must have reached the applied ts. A table is applied past the pipeline's
+    applied ts only by an apply stream that committed a window the others have not (``streams``, the
+    applier_streams rows): never past the furthest stream."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     out: list[Finding] = []
     applied = int(pipeline_row["applied_ts"]) if pipeline_row is not None else None
@@ -61,11 +64,13 @@ def check_progress_rows(pipeline_row: Mapping[str, Any] | None, partitions: Sequ
         if (gated and applied is not None and restart == nxt and res < applied and subscribed(str(r["topic"]))):
             out.append(Finding(True, f"{where}: holds no events (restart offset = next offset) but its resolved ts "
                                f"{res} is below the applied ts {applied}: rows above its resolved ts were applied"))
+    ceiling = max([applied or 0, *(int(s["applied_ts"]) for s in streams)])
     for r in tables:
         name = f"{shown(str(r['source_schema']), str(r['source_table']))}"
-        if applied is not None and int(r["applied_ts"]) > applied:
-            out.append(Finding(True, f"applier_tables {name}: applied ts {r['applied_ts']} is above the pipeline's "
-                               f"{applied}"))
+        if applied is not None and int(r["applied_ts"]) > ceiling:
+            whose = "the pipeline's" if ceiling == applied else "every apply stream's, the furthest at"
+            out.append(Finding(True, f"applier_tables {name}: applied ts {r['applied_ts']} is above {whose} "
+                               f"{ceiling}"))
     for r in ddl:
         if r["state"] == "started":
             out.append(Finding(True, f"applier_ddl_history {r['ddl_key']} (commit ts {r['commit_ts']}, "
@@ -91,7 +96,9 @@ def check_applier_tables(engine: Engine, *, pipeline: str, gated: bool,
         ddl = conn.execute(select(p.ddl_history).where(p.ddl_history.c.pipeline == pipeline)
                            .order_by(p.ddl_history.c.commit_ts)).mappings().all()
         quarantined = conn.execute(select(p.quarantine.c.id).where(p.quarantine.c.pipeline == pipeline)).all()
-        out = check_progress_rows(row, parts, tabs, ddl, gated=gated, subscribed=subscribed)
+        streams = (conn.execute(select(p.streams).where(p.streams.c.pipeline == pipeline)).mappings().all()
+                   if inspect(conn).has_table(p.streams.name) else [])
+        out = check_progress_rows(row, parts, tabs, ddl, gated=gated, subscribed=subscribed, streams=streams)
         for r in tabs:
             ts, tt = str(r["target_schema"]), str(r["target_table"])
             if not inspect(conn).has_table(tt, schema=ts or None):

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from applier.devtools import services
 from tests.e2e.helpers import _MADE, made_topic, target_url
@@ -145,3 +146,21 @@ def drop_schema(urls):
         eng.dispose()
 
 
+
+
+@pytest.fixture(params=["mariadb", "postgres"])
+def fresh_engine(request, urls, unique, drop_schema):
+    """An engine on an empty database (MariaDB) or schema (PostgreSQL) of its own: the applier's tables migrated
+    there are the test's alone (the shared database's revision stays as it is)."""
+    name = f"fresh_{unique}"
+    admin = create_engine(target_url(urls, request.param))
+    with admin.begin() as c:
+        c.execute(text(f"CREATE DATABASE `{name}`" if request.param == "mariadb" else f'CREATE SCHEMA "{name}"'))
+    admin.dispose()
+    drop_schema((request.param, name))
+    if request.param == "mariadb":
+        engine = create_engine(make_url(urls.mariadb_url).set(database=name))
+    else:
+        engine = create_engine(urls.pg_url, connect_args={"options": f"-csearch_path={name}"})
+    yield engine
+    engine.dispose()

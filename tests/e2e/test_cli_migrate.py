@@ -19,7 +19,7 @@ def test_migrate_creates_the_tables_and_names_the_target_without_its_password(ur
                                                   tmp_path / "ck"))
     assert main(["migrate", "-c", str(conf)]) == 0
     out = capsys.readouterr().out
-    assert "applier tables at revision 0011 in " in out and "***" in out and ":applier@" not in out, out
+    assert "applier tables at revision 0012 in " in out and "***" in out and ":applier@" not in out, out
     engine = create_engine(target_url(urls, target))
     try:
         assert "applier_quarantined_rows" in inspect(engine).get_table_names()

@@ -5,33 +5,14 @@ from __future__ import annotations
 
 import pytest
 from alembic import command
-from sqlalchemy import create_engine, func, insert, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from applier import migrate
 from applier import progress as P
 from applier.events import KafkaMessage
-from tests.e2e.helpers import target_url
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(params=["mariadb", "postgres"])
-def fresh_engine(request, urls, unique, drop_schema):
-    """An engine on an empty database (MariaDB) or schema (PostgreSQL) of its own."""
-    name = f"qonce_{unique}"
-    admin = create_engine(target_url(urls, request.param))
-    with admin.begin() as c:
-        c.execute(text(f"CREATE DATABASE `{name}`" if request.param == "mariadb" else f'CREATE SCHEMA "{name}"'))
-    admin.dispose()
-    drop_schema((request.param, name))
-    if request.param == "mariadb":
-        engine = create_engine(make_url(urls.mariadb_url).set(database=name))
-    else:
-        engine = create_engine(urls.pg_url, connect_args={"options": f"-csearch_path={name}"})
-    yield engine
-    engine.dispose()
 
 
 def _row(pipeline: str, offset: int) -> dict:

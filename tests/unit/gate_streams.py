@@ -81,3 +81,12 @@ def materialise(m: Msg):
         return res(m.ev[1], m.part, m.off)
     _, ts, key, val, table = m.ev
     return row(ts, m.part, m.off, key, val, table=table)
+
+
+def apply(state: dict, ev: RowChange) -> None:
+    """Apply a released change to ``state`` ((table, id) -> v), as the target would."""
+    k = (ev.table, (ev.after or ev.before)["id"])
+    if ev.op is Op.DELETE:
+        state.pop(k, None)
+    else:
+        state[k] = ev.after["v"]

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from applier.events import DDL, Column, Op, Resolved, RowChange, SourcePosition
 from applier.gate import Gate
-from tests.unit.gate_streams import make_stream, materialise, res, row
+from tests.unit.gate_streams import apply, make_stream, materialise, res, row
 
 def ddl(ts: int, part: int, off: int, q: str = "alter table t add column x int", table: str = "t") -> DDL:
     return DDL("s", table, ts, q, SourcePosition("k", part, off))
@@ -203,14 +203,6 @@ def test_forget_needs_a_fully_iterated_release() -> None:
 
 
 # ---- property test: random TiCDC-shaped streams ---------------------------------------------------------
-
-def apply(state: dict, ev: RowChange) -> None:
-    k = (ev.table, (ev.after or ev.before)["id"])
-    if ev.op is Op.DELETE:
-        state.pop(k, None)
-    else:
-        state[k] = ev.after["v"]
-
 
 @settings(max_examples=400, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), parts=st.integers(1, 4), replay=st.booleans(),

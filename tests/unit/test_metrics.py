@@ -115,6 +115,22 @@ def test_a_batch_gives_counts_positions_and_lags_measured_when_scraped() -> None
     assert samples(m)[("applier_duplicates_dropped_total", ())] == 5
 
 
+def test_each_apply_streams_applied_ts_from_the_progress_and_as_streams_commit() -> None:
+    m = PipelineMetrics("p5", clock=lambda: NOW)
+    m.resumed(PipelineState(applied_ts=tso(60), streams={0: tso(60), 1: tso(40)}))
+    m.stream_applied(0, tso(20))
+    s = samples(m)
+    assert s[("applier_stream_applied_timestamp_seconds", (("stream", "0"),))] == pytest.approx(NOW - 20, abs=0.001)
+    assert s[("applier_stream_applied_timestamp_seconds", (("stream", "1"),))] == pytest.approx(NOW - 40, abs=0.001)
+    assert s[("applier_applied_resolved_timestamp_seconds", ())] == pytest.approx(NOW - 60, abs=0.001)
+
+
+def test_no_stream_series_without_apply_streams() -> None:
+    m = PipelineMetrics("p6", clock=lambda: NOW)
+    m.resumed(PipelineState(applied_ts=tso(60)))
+    assert not [k for k in samples(m) if k[0] == "applier_stream_applied_timestamp_seconds"]
+
+
 def test_the_endpoint_serves_on_loopback_and_a_taken_port_names_the_key() -> None:
     m = PipelineMetrics("p2")
     server = MetricsServer(m, "127.0.0.1", 0)

@@ -240,7 +240,7 @@ def test_a_pipeline_that_never_applied_a_batch(engine: Engine) -> None:
 
 
 def test_status_on_tables_before_the_quarantine_and_writer_migrations() -> None:
-    later = {P.quarantine.name, P.quarantined_rows.name, P.writers.name}
+    later = {P.quarantine.name, P.quarantined_rows.name, P.writers.name, P.streams.name}
     eng = create_engine("sqlite://")
     try:
         P.metadata.create_all(eng, tables=[t for t in P.metadata.sorted_tables if t.name not in later])
@@ -248,6 +248,7 @@ def test_status_on_tables_before_the_quarantine_and_writer_migrations() -> None:
         add_partitions(eng, ("t", 0, tso(2.0)))
         st = status(eng, PIPE, now=NOW)
         assert (st["quarantined_messages"], st["quarantined_rows"], st["writer"]) == (None, None, None)
+        assert st["streams"] == []
         assert st["resolved_stuck_by"] == [] and st["global_resolved_lag_seconds"] == 2.0
         text = format_status(st)
         assert ", quarantined -, updated 2023-11-14T22:15:00Z" in text
@@ -277,3 +278,27 @@ def test_writer_ddl_and_quarantined_messages_are_counted(engine: Engine) -> None
                             "heartbeat_at": "2023-11-14T22:15:30Z"}
     assert ("  writer: epoch 4, host pid 7, claimed 2023-11-14T22:15:00Z, last transaction 2023-11-14T22:15:30Z"
             in format_status(st).splitlines())
+
+
+def test_each_apply_stream_shows_its_applied_ts(engine: Engine) -> None:
+    add_pipeline(engine, tso(3.0))
+    with engine.begin() as c:
+        for n, ago, rows in ((1, 1.0, 30), (0, 3.0, 12)):
+            c.execute(insert(P.streams).values(pipeline=PIPE, stream=n, applied_ts=tso(ago), rows_applied=rows,
+                                               updated_at=UPDATED))
+        c.execute(insert(P.streams).values(pipeline="other", stream=2, applied_ts=tso(9.0), rows_applied=1,
+                                           updated_at=UPDATED))
+    st = status(engine, PIPE, now=NOW)
+    assert st["applied_ts"] == tso(3.0)
+    assert st["streams"] == [{"stream": 0, "applied_ts": tso(3.0), "rows_applied": 12, "lag_seconds": 3.0},
+                             {"stream": 1, "applied_ts": tso(1.0), "rows_applied": 30, "lag_seconds": 1.0}]
+    text = format_status(st).splitlines()
+    assert [t for t in text if t.startswith("  stream ")] == [
+        f"  stream 0  applied ts {tso(3.0)}  (lag 3.0 s)  row changes 12",
+        f"  stream 1  applied ts {tso(1.0)}  (lag 1.0 s)  row changes 30"]
+
+
+def test_no_stream_lines_without_apply_streams(engine: Engine) -> None:
+    add_pipeline(engine, tso(3.0))
+    st = status(engine, PIPE, now=NOW)
+    assert st["streams"] == [] and not [t for t in format_status(st).splitlines() if "stream " in t]

@@ -364,9 +364,9 @@ def _part(topic: str = "t", part: int = 0, restart: int = 5, nxt: int = 5, resol
             "resolved_ts": resolved}
 
 
-def check(pl, parts=(), tables=(), ddl=(), gated=True):
-    return [f.text for f in check_progress_rows(pl, parts, tables, ddl, gated=gated,
-                                                subscribed=lambda t: t == "t", now_ms=NOW_MS) if f.problem]
+def check(pl, parts=(), tables=(), ddl=(), gated=True, streams=()):
+    return [f.text for f in check_progress_rows(pl, parts, tables, ddl, gated=gated, subscribed=lambda t: t == "t",
+                                                now_ms=NOW_MS, streams=streams) if f.problem]
 
 
 def test_consistent_progress_has_no_problem() -> None:
@@ -396,6 +396,16 @@ def test_each_broken_invariant_is_named() -> None:
     assert "applier_ddl_history abc" in problems[4] and "stuck in 'started'" in problems[4]
     # per-key-order protocols have no resolved ts to hold to
     assert len(check({"applied_ts": applied}, [_part(part=1, resolved=0)], gated=False)) == 0
+
+
+def test_a_table_an_apply_stream_committed_past_the_marker_is_no_problem_up_to_the_furthest_stream() -> None:
+    applied = ts(NOW_MS - 1000)
+    streams = [{"stream": 0, "applied_ts": applied + 5}, {"stream": 1, "applied_ts": applied}]
+    ahead = [{"source_schema": "s", "source_table": "x", "applied_ts": applied + 5}]
+    assert check({"applied_ts": applied}, tables=ahead, streams=streams) == []
+    beyond = [{"source_schema": "s", "source_table": "x", "applied_ts": applied + 6}]
+    assert check({"applied_ts": applied}, tables=beyond, streams=streams) == [
+        f"applier_tables s.x: applied ts {applied + 6} is above every apply stream's, the furthest at {applied + 5}"]
 
 
 def test_topic_matcher() -> None:
