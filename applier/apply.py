@@ -73,6 +73,16 @@ class ApplyStats:
     write_seconds: float = 0.0
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
 
+    def add(self, s: "ApplyStats") -> None:
+        """Count ``s`` in these totals (a run's, or a release's over its apply streams)."""
+        self.rows += s.rows
+        self.ddls += s.ddls
+        self.ddls_skipped += s.ddls_skipped
+        self.quarantined_rows += s.quarantined_rows
+        self.transactions += s.transactions
+        for k, v in s.tables.items():
+            self.tables[k] = self.tables.get(k, 0) + v
+
 
 class _DDLRefused(ApplyError):
     """A statement of a DDL failed on the target (and it was not a replay finding it in effect): carries what
@@ -192,6 +202,25 @@ class Applier:
                 raise
         self._accumulate(stats)
         return stats
+
+    def run_ddl(self, ev: DDL, rel: Release) -> ApplyStats:
+        """Apply one DDL alone, on a connection of its own, between segments of a release whose rows other
+        transactions committed (the apply streams' barrier, :mod:`applier.streams.apply`): what is held is read
+        again first (a DDL that reshapes a table waits for the held changes before it)."""
+        stats = ApplyStats()
+        self.aside.forget()
+        with self.engine.connect() as conn:
+            with conn.begin():
+                self.aside.load(conn)
+            self._apply_ddl(conn, ev, rel, stats)
+        self.forget_tables()
+        self._accumulate(stats)
+        return stats
+
+    def forget_tables(self) -> None:
+        """Read every target table's shape again (another applier ran a DDL)."""
+        self.sink.forget_tables(None)
+        self._shape_ready.clear()
 
     def _between(self, conn: Connection, tx: Transaction, ev: DDL, chunk: list[RowChange],
                  progress: dict[tuple[str, str], TableProgress], rel: Release, stats: ApplyStats) -> Transaction:
@@ -796,14 +825,7 @@ class Applier:
                         table_progress={})
 
     def _accumulate(self, s: ApplyStats) -> None:
-        t = self.total
-        t.rows += s.rows
-        t.ddls += s.ddls
-        t.ddls_skipped += s.ddls_skipped
-        t.quarantined_rows += s.quarantined_rows
-        t.transactions += s.transactions
-        for k, v in s.tables.items():
-            t.tables[k] = t.tables.get(k, 0) + v
+        self.total.add(s)
 
 
 def _printable(text: str) -> str:

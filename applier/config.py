@@ -60,6 +60,8 @@ Example (every key; see ``conf/*.toml``)::
                                           # | evolve (also add columns that appear in the stream)
     load_data = "auto"                    # auto | on | off: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE
                                           # (auto: when the server allows local_infile; PostgreSQL: not used)
+    apply_streams = 1                     # 1-16 parallel target transactions per window, split by table, one
+                                          # consistent resolved ts (gated protocols; applier/streams)
     schema = ""                           # default target schema for unrouted tables
 
     [metrics]                             # Prometheus endpoint of `applier run` (applier.metrics)
@@ -234,7 +236,9 @@ _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "sta
                 "codec", "max_clock_skew", "retry_seconds")
 _TARGET_KEYS = ("url", "password_env", "password_file", "batch_rows", "on_unsupported_ddl", "on_apply_error",
                 "shard_ddl", "schema", "retry_seconds", "schema_evolution", "load_data", "ssl_mode", "ssl_ca", "ssl_cert",
-                "ssl_key")
+                "ssl_key", "apply_streams")
+#: ``[target] apply_streams``: at most this many (each holds a target connection and a thread of the driver)
+MAX_APPLY_STREAMS = 16
 #: ``[target] ssl_mode``: PostgreSQL's sslmode words, for every target (applier.dialect maps them per driver)
 SSL_MODES = ("disable", "require", "verify-ca", "verify-full")
 #: TLS settings a target URL's query may carry for its driver: set in the URL or in the [target] ssl_* keys, not both
@@ -505,6 +509,8 @@ class TargetSettings(_RedactedRepr):
     # auto | on | off: MySQL/MariaDB upserts through LOAD DATA LOCAL INFILE (applier/sinks/mysql_load.py); auto uses
     # it when the server allows local_infile, on requires it, off keeps executemany. PostgreSQL: not used.
     load_data: str = "auto"
+    # parallel transaction streams per resolved window, split by target table (applier/streams); 1: one transaction
+    apply_streams: int = 1
 
     @property
     def verifies_certificate(self) -> bool:
@@ -546,6 +552,7 @@ class TargetSettings(_RedactedRepr):
             "retry_seconds": self.retry_seconds,
             "schema_evolution": self.schema_evolution,
             "load_data": self.load_data,
+            "apply_streams": self.apply_streams,
         }
 
     @property
@@ -888,6 +895,7 @@ class _Parser:
         metrics = self.parse_metrics(data.get("metrics", {}))
         routes = self.parse_routes(data.get("route", []))
         self.check_route_modes(routes, pipeline, source, target)
+        self.check_apply_streams(source, target)
         if pipeline.decode_on == "executors":
             from applier.codecs import decodes_on_workers
 
@@ -1192,6 +1200,10 @@ class _Parser:
             raise self.error("target.schema", f"longer than {MAX_NAME_LENGTH} characters")
         if schema and schema != schema.strip():
             raise self.error("target.schema", "must not start or end with spaces")
+        streams = self.positive_int(d, p, "apply_streams", 1, 4)
+        if streams > MAX_APPLY_STREAMS:
+            raise self.error("target.apply_streams", f"at most {MAX_APPLY_STREAMS} (each stream holds a target "
+                             f"connection and a driver thread), got {streams}")
         tls = self.target_tls(d, url)
         return TargetSettings(
             _url=url,
@@ -1206,6 +1218,7 @@ class _Parser:
             retry_seconds=retry,
             schema_evolution=evolution,
             load_data=load_data,
+            apply_streams=streams,
         )
 
     def target_tls(self, d: Mapping[str, Any], url: URL) -> dict[str, Any]:
@@ -1305,6 +1318,23 @@ class _Parser:
             except RuleError as exc:
                 raise self.error(f"{key}.{exc.field}", f"{exc.message} (in match = {match!r})") from None
         return tuple(rules)
+
+    def check_apply_streams(self, source: SourceSettings, target: TargetSettings) -> None:
+        """``[target] apply_streams`` above 1 needs a gated stream: the streams stay consistent as of a resolved ts,
+        and a restart tells what a stream already applied by commit ts (invariant 16), neither of which an
+        ungated stream has."""
+        if target.apply_streams == 1:
+            return
+        from applier.codecs import get_decoder
+
+        if not get_decoder(source.protocol, **source.codec).gated:
+            raise self.error(
+                "target.apply_streams",
+                f"{target.apply_streams} streams need a gated changefeed (the streams stay consistent as of a resolved "
+                f'ts, and a restart tells by commit ts what each stream applied), and source.protocol = '
+                f'"{source.protocol}" with these [source.codec] options has no resolved ts. Use open, simple, '
+                "canal-json with enable-tidb-extension=true, debezium with gated = true or avro with "
+                "enable_watermark = true, or apply_streams = 1")
 
     def check_route_modes(self, routes: Sequence[Rule], pipeline: PipelineSettings, source: SourceSettings,
                           target: TargetSettings) -> None:

@@ -863,7 +863,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         write_mode=router.write_mode,
         guard=guard, timer=timer, dialect=dialect, until_ts=until_ts,
         schema_evolution=settings.target.schema_evolution, max_skew_ms=settings.source.max_clock_skew_ms,
-        columnar=settings.pipeline.columnar,
+        columnar=settings.pipeline.columnar, apply_streams=settings.target.apply_streams,
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]  # when the Spark thread last listed the partitions

@@ -7,6 +7,7 @@ seconds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from applier.gate import Gate
 from applier.progress import PipelineState, ProgressStore
 from applier.quarantine import HELD, SKIPPED, UndecodableMessage
 from applier.routing import RoutingError
+from applier.streams.apply import StreamApplier
+from applier.streams.assign import StreamAssignment
 from applier.timing import NO_TIMING, StageTimer
 
 log = logging.getLogger("applier.processor")
@@ -54,10 +57,11 @@ class BatchProcessor:
                  write_mode: Callable[[str, str], str] | None = None,
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
                  until_ts: int | None = None, schema_evolution: str = "none",
-                 max_skew_ms: int | None = None, columnar: bool = False) -> None:
+                 max_skew_ms: int | None = None, columnar: bool = False, apply_streams: int = 1) -> None:
         """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
         ``source.start_ts``, that TSO: :func:`applier.pipeline.seed_start_ts`). ``until_ts`` makes the gate release
-        nothing committed after it (``applier run --until-ts``; gated protocols only)."""
+        nothing committed after it (``applier run --until-ts``; gated protocols only). ``apply_streams`` above 1
+        writes each release as that many parallel transactions (applier.streams; gated protocols only)."""
         self.timer = timer
         self.decoder = decoder
         self.max_skew_ms = max_skew_ms  # [source] max_clock_skew, for what the driver decodes (applier.clock)
@@ -75,16 +79,22 @@ class BatchProcessor:
             partitions=partitions, applied_ts=state.applied_ts,
             partition_resolved={tp: cp.resolved_ts for tp, cp in state.checkpoints.items()},
             budget_bytes=budget_bytes, spill_dir=spill_dir, gated=decoder.gated,
-            upstream_holds=holds, until_ts=until_ts,
+            upstream_holds=holds, until_ts=until_ts, table_floors=state.table_floors,
         )
         for tp, cp in state.checkpoints.items():
             self.gate.next_offsets[tp] = cp.restart_offset
-        self.applier = Applier(engine, dialect or dialect_for(engine), route, store, batch_rows=batch_rows,
-                               on_unsupported_ddl=on_unsupported_ddl, shard_ddl=shard_ddl,
-                               on_apply_error=on_apply_error, apply_error_policy=apply_error_policy,
-                               write_mode=write_mode,
-                               replace_mode=not self.gate.gated,
-                               ddl_scope=ddl_scope, timer=timer, schema_evolution=schema_evolution)
+        make = functools.partial(Applier, engine, dialect or dialect_for(engine), route, batch_rows=batch_rows,
+                                 on_unsupported_ddl=on_unsupported_ddl, shard_ddl=shard_ddl,
+                                 on_apply_error=on_apply_error, apply_error_policy=apply_error_policy,
+                                 write_mode=write_mode, replace_mode=not self.gate.gated,
+                                 ddl_scope=ddl_scope, timer=timer, schema_evolution=schema_evolution)
+        if apply_streams > 1:
+            if not self.gate.gated:
+                raise ValueError("apply streams need a gated stream (the configuration refuses this: "
+                                 "target.apply_streams)")
+            self.applier: Applier | StreamApplier = StreamApplier(make, store, StreamAssignment(apply_streams, route))
+        else:
+            self.applier = make(store)
         self.batches = 0
         self.totals = BatchReport()
         self._routed: dict[tuple[str, str], bool] = {}
@@ -279,3 +289,5 @@ class BatchProcessor:
 
     def close(self) -> None:
         self.gate.close()
+        if isinstance(self.applier, StreamApplier):
+            self.applier.close()

@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hot-keys", type=int, default=64, help="hot keys per table (updates go there half of the time)")
     p.add_argument("--dup-fraction", type=float, default=0.005, help="row changes sent twice by TiCDC restarts")
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
+    p.add_argument("--apply-streams", type=int, default=1, help="[target] apply_streams (parallel transactions)")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--decode-on", choices=("auto", "executors", "driver"), default="auto",
                    help="[pipeline] decode_on: where Kafka records are decoded")
@@ -582,7 +583,7 @@ def applier_config(a: argparse.Namespace, *, name: str, ckpt: Path, kafka: str, 
                      "buffer_memory_mb": a.buffer_mb, "decode_on": a.decode_on,
                      **({} if getattr(a, "columnar", None) is None else {"columnar": a.columnar})},
         "source": {"bootstrap_servers": kafka, "topics": [topic], "protocol": a.protocol},
-        "target": {"url": url, "batch_rows": a.batch_rows},
+        "target": {"url": url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams},
         "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
         "route": [{"match": f"{source_schema}.*", "schema": schema}],
     }
@@ -661,7 +662,7 @@ SERVICE_URL_ENV = {"mariadb": "APPLIER_MARIADB_URL", "postgres": "APPLIER_PG_URL
 BENCH_TUNING = (("pipeline", "max_offsets_per_trigger", "max_offsets_per_trigger"),
                 ("pipeline", "buffer_memory_mb", "buffer_mb"), ("pipeline", "decode_on", "decode_on"),
                 ("pipeline", "columnar", "columnar"),
-                ("target", "batch_rows", "batch_rows"))
+                ("target", "batch_rows", "batch_rows"), ("target", "apply_streams", "apply_streams"))
 STDERR_TAIL_LINES = 40
 _BATCH_LINE = re.compile(r"\bbatch \d+: \d+ messages, (\d+) rows, (\d+) DDL")
 _RUN_SUMMARY = re.compile(r"^pipeline \S+: (\d+) batch\(es\), (\d+) messages, (\d+) row changes, (\d+) DDL applied",

@@ -608,7 +608,7 @@ def bench_settings(a: argparse.Namespace, *, name: str, topic: str, url: str, ka
     cfg = {
         "pipeline": pipeline,
         "source": {"bootstrap_servers": kafka, "topics": [topic], "protocol": a.protocol},
-        "target": {"url": url, "batch_rows": a.batch_rows},
+        "target": {"url": url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams},
         "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
         "route": [{"match": f"{BENCH_SCHEMA}.*", "schema": schema}],
     }

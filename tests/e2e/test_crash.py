@@ -34,6 +34,22 @@ def start(cfg_path: Path, log: Path) -> subprocess.Popen:
                             cwd=REPO, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def finish_and_check(cfg_path: Path, log: Path, engine, schema: str, name: str, wl) -> None:
+    """The last run drains the stream; the target must then equal upstream with every row change counted once
+    across all the runs (the streams have no replays) and each DDL done once."""
+    proc = start(cfg_path, log)
+    assert proc.wait(timeout=600) == 0, log.read_text()[-5000:]
+    assert compare_tables(engine, schema, wl.expected) == []
+    with engine.connect() as c:
+        per_table = dict(c.execute(select(P.tables.c.source_table, P.tables.c.rows_applied)
+                                   .where(P.tables.c.pipeline == name)).all())
+        assert per_table == {t: n for t, n in wl.row_changes.items() if t != "audit_log"}
+        rows = c.execute(select(P.pipelines.c.rows_applied).where(P.pipelines.c.pipeline == name)).scalar()
+        assert rows == sum(per_table.values())
+        states = c.execute(select(P.ddl_history.c.state).where(P.ddl_history.c.pipeline == name)).scalars().all()
+        assert sorted(states) == ["done"] * 3
+
+
 @pytest.mark.parametrize("target", ["mariadb", "postgres"])
 def test_sigkill_mid_stream_then_restart_converges(urls, unique, drop_schema, tmp_path, target) -> None:
     protocol = "open" if target == "mariadb" else "canal-json"
@@ -66,15 +82,58 @@ def test_sigkill_mid_stream_then_restart_converges(urls, unique, drop_schema, tm
             if wipe_checkpoint:
                 shutil.rmtree(ckpt / "query", ignore_errors=True)
         assert kills >= 2, "the stream was drained before the applier could be killed; make it longer"
-        proc = start(cfg_path, log)
-        assert proc.wait(timeout=600) == 0, log.read_text()[-5000:]
-        assert compare_tables(engine, schema, wl.expected) == []
+        finish_and_check(cfg_path, log, engine, schema, name, wl)
+    finally:
+        engine.dispose()
+
+
+KILLS_WITH_STREAMS = 30
+
+
+@pytest.mark.parametrize("target", ["mariadb", "postgres"])
+def test_thirty_sigkills_with_four_apply_streams_converge(urls, unique, drop_schema, tmp_path, target) -> None:
+    """Issue 26: ``[target] apply_streams = 4`` killed 30 times at random moments of its windows (between two
+    streams' commits among them: each stream commits alone, the marker after them), restarted each time, must end
+    exact with every row change counted once; the per-table floors are what makes the re-read windows exact."""
+    import random
+
+    from applier.streams.assign import target_stream
+
+    protocol = "open" if target == "mariadb" else "canal-json"
+    topic = f"crash-streams-{target}-{unique}"
+    wl = generate(protocol, partitions=3, txns=2000, seed=13, replays=0)
+    tables = [t for t in wl.expected]
+    schema = next(s for s in (f"st{i}_{unique}" for i in range(100))
+                  if len({target_stream(s, t, 4) for t in tables}) == len(tables))
+    drop_schema((target, schema))
+    produce(urls.kafka, topic, wl.messages, partitions=3)
+    ckpt = tmp_path / "ckpt"
+    cfg = config(urls, target, protocol, topic, schema, ckpt, max_offsets_per_trigger=25)
+    cfg["pipeline"]["trigger_interval"] = "100 ms"
+    cfg["target"]["apply_streams"] = 4
+    cfg_path = tmp_path / "applier.toml"
+    write_toml(cfg_path, cfg)
+    name = cfg["pipeline"]["name"]
+    engine = create_engine(target_url(urls, target))
+    log = tmp_path / "run.log"
+    rng = random.Random(26)
+    kills = 0
+    try:
+        while kills < KILLS_WITH_STREAMS:
+            base = batches_done(engine, name)
+            proc = start(cfg_path, log)
+            deadline = time.monotonic() + 180
+            while batches_done(engine, name) <= base and proc.poll() is None:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 1.2))  # anywhere in a window: before, between or after the streams' commits
+            assert proc.poll() is None, "the stream was drained before 30 kills; make it longer"
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+            proc.wait()
+        finish_and_check(cfg_path, log, engine, schema, name, wl)
         with engine.connect() as c:
-            per_table = dict(c.execute(select(P.tables.c.source_table, P.tables.c.rows_applied)
-                                       .where(P.tables.c.pipeline == name)).all())
-            # the stream has no replays, so each row change is applied exactly once across all the runs
-            assert per_table == {t: n for t, n in wl.row_changes.items() if t != "audit_log"}
-            states = c.execute(select(P.ddl_history.c.state).where(P.ddl_history.c.pipeline == name)).scalars().all()
-            assert sorted(states) == ["done"] * 3
+            streams = c.execute(select(P.streams.c.stream).where(P.streams.c.pipeline == name)).scalars().all()
+        assert len(streams) >= len(tables)  # every table's stream wrote
     finally:
         engine.dispose()

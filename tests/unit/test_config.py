@@ -878,3 +878,16 @@ def test_on_apply_error_globally_and_per_route() -> None:
         parse(with_("target.on_apply_error", "ignore"))
     with pytest.raises(ConfigError, match=r"route\[0\].on_apply_error: must be one of stop, quarantine, skip"):
         parse(with_("route", [{"match": "shop.*", "on_apply_error": "later"}]))
+
+
+def test_apply_streams_default_bounds_and_gating() -> None:
+    assert parse(base()).target.apply_streams == 1
+    assert parse(with_("target.apply_streams", 4)).target.apply_streams == 4
+    for bad, fragment in ((0, "must be >= 1"), (17, "at most 16"), ("4", "integer")):
+        err = error_for(with_("target.apply_streams", bad))
+        assert err.key == "target.apply_streams" and fragment in err.message, err.message
+    # canal-json without the TiDB extension has no resolved ts: streams could not stay consistent, nor resume
+    ungated = with_("source.codec", {"require_tidb_extension": False}, with_("target.apply_streams", 2))
+    err = error_for(ungated)
+    assert err.key == "target.apply_streams" and "gated changefeed" in err.message and "apply_streams = 1" in err.message
+    assert parse(with_("target.apply_streams", 1, ungated)).target.apply_streams == 1

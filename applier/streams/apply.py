@@ -1,0 +1,223 @@
+"""A release written as parallel transaction streams that stay consistent as of one resolved ts (invariant 16).
+
+:class:`StreamApplier` stands where :class:`applier.apply.Applier` stands (``BatchProcessor.applier``) when
+``[target] apply_streams`` is above 1. It cuts each release of the gate at its DDLs into segments; a segment's row
+changes (events and the columnar lane's batches) are split by table (:class:`StreamAssignment`: a table, and every
+upstream table merged into the same target, always in the same stream) and each stream writes its share in a
+target transaction of its own, on a connection and a thread of its own, ending with its progress
+(:meth:`ProgressStore.save_stream`: the stream's applied ts, its tables' applied ts and rows) in that transaction.
+
+How the guarantees hold:
+
+* **One consistent ts.** Every stream finishes a segment before any starts the next, so no stream is ever more
+  than one window ahead of another. Once every stream committed the release, the *marker* (``save`` with no
+  tables: the pipeline's applied ts and the partitions' restart offsets) moves in a transaction of its own; the
+  pipeline's applied ts (what status, verify, ``--until-ts`` and a restart use) is therefore at most every
+  stream's.
+* **Exactly once.** A crash between two streams' commits, or before the marker, restarts from the marker's
+  offsets and re-reads the window; a table whose stream had committed it has an applied ts above the marker's
+  (its floor, :attr:`PipelineState.table_floors`) and the gate drops its re-read changes, so nothing is applied
+  twice (``rows_applied`` counts each change once) and nothing is skipped.
+* **DDL is a barrier.** Every stream writes the rows before the DDL's commit ts, then the DDL runs once (history
+  row, and the marker at the DDL's ts, as the single-stream path does), then the streams go on with fresh table
+  metadata.
+* **Fencing.** Every stream's transaction checks the writer epoch (invariant 13) before it commits, as every
+  single-stream transaction does.
+* **Quarantine.** A table's quarantined keys are that table's stream's to hold (its ``SetAside``). A release that
+  carries undecodable messages (they may block a whole partition, across tables) is applied by one transaction,
+  the single-stream way, which is the degenerate case of the same progress model.
+
+On ``local[N]`` the streams are threads of the driver: the database's work runs in parallel, the Python parts
+share the interpreter lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator
+
+from sqlalchemy.engine import Connection
+
+from applier.apply import Applier, ApplyStats
+from applier.columnar import apply as lane_apply
+from applier.events import DDL
+from applier.gate import Release
+from applier.progress import ProgressStore, TableProgress
+from applier.quarantine import UndecodableMessage
+from applier.streams.assign import StreamAssignment
+
+log = logging.getLogger("applier.streams")
+
+
+class StreamStore:
+    """A stream's view of the pipeline's :class:`ProgressStore`: ``save`` records the stream's own progress
+    (:meth:`ProgressStore.save_stream`); everything else (DDL history, quarantine, the writer check) is the
+    pipeline's store. The per-stream :class:`Applier` saves through it unchanged."""
+
+    def __init__(self, store: ProgressStore, stream: int) -> None:
+        self._store = store
+        self.stream = stream
+
+    def save(self, conn: Connection, *, applied_ts: int, checkpoints: Any,
+             table_progress: dict[tuple[str, str], TableProgress], batches: int = 0) -> None:
+        self._store.save_stream(conn, stream=self.stream, applied_ts=applied_ts, table_progress=table_progress)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class _Share:
+    """One stream's share of one segment of a release, in the shape :meth:`Applier.apply` takes a release:
+    its events in commit order, its lane batches, the ts it is applied up to; the gate is moved by the
+    :class:`StreamApplier` once every stream committed (``forget`` is nothing here)."""
+
+    __slots__ = ("events", "batches", "applied_ts", "_parent", "_lock")
+
+    def __init__(self, events: list, batches: list, applied_ts: int, parent: Release, lock: threading.Lock) -> None:
+        self.events = events
+        self.batches = batches
+        self.applied_ts = applied_ts
+        self._parent = parent
+        self._lock = lock
+
+    def __iter__(self) -> Iterator:
+        return iter(self.events)
+
+    def checkpoint(self) -> dict:
+        return {}  # a stream saves no restart offsets: the marker does
+
+    def forget(self) -> None:
+        pass
+
+    def dropped_copies(self, n: int) -> None:
+        if n:
+            with self._lock:
+                self._parent.dropped_copies(n)
+
+
+class StreamApplier:
+    """``n`` appliers (one per stream, each with its own writer, caches and quarantine view) and a coordinator
+    (the DDL, the marker, and releases that carry undecodable messages), made by ``make(store)``."""
+
+    def __init__(self, make: Callable[[Any], Applier], store: ProgressStore, assignment: StreamAssignment) -> None:
+        self.store = store
+        self.assignment = assignment
+        self.coordinator = make(store)
+        self.streams = [make(StreamStore(store, i)) for i in range(assignment.n)]
+        for a in self.streams:
+            a.shards = self.coordinator.shards  # which shards wrote rows decides a shard DDL (coordinator's)
+        self.engine = self.coordinator.engine
+        self.timer = self.coordinator.timer
+        self.total = ApplyStats()
+        self._pool = ThreadPoolExecutor(max_workers=assignment.n, thread_name_prefix="applier-stream")
+        self._lock = threading.Lock()
+        self._marked = False  # the pipeline's row exists (a stream's save needs it)
+
+    # the Applier surface BatchProcessor and the pipeline use
+    @property
+    def aside(self) -> Any:
+        return self.coordinator.aside
+
+    @property
+    def sink(self) -> Any:
+        return self.coordinator.sink
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def apply(self, rel: Release, *, undecodable: Iterable[UndecodableMessage] = (), batches: int = 1) -> ApplyStats:
+        undecodable = list(undecodable)
+        if undecodable:
+            return self._serial(rel, undecodable, batches)
+        events = list(rel)
+        ddls = [e for e in events if type(e) is DDL]
+        cut = lane_apply.segments(ddls, rel.batches) if rel.batches else [(d, []) for d in ddls] + [(None, [])]
+        stats = ApplyStats()
+        if not self._marked:
+            self._mark(rel.applied_ts, rel.checkpoint(), 0)  # before any stream's first save: a valid point
+        pending = iter(events)
+        ev = next(pending, None)
+        final_ts = max(rel.upto, rel.applied_ts)
+        for ddl, seg_batches in cut:
+            seg: list = []
+            while ev is not None and ev is not ddl:
+                seg.append(ev)
+                ev = next(pending, None)
+            if ev is ddl and ddl is not None:
+                ev = next(pending, None)
+            ts = final_ts if ddl is None else max(ddl.commit_ts - 1, rel.applied_ts)
+            self._segment(seg, seg_batches, ts, rel, stats)
+            if ddl is not None:
+                self._ddl(ddl, rel, stats)
+        rel.forget()
+        self._mark(rel.applied_ts, rel.checkpoint(), batches)
+        stats.transactions += 1
+        self.total.add(stats)
+        return stats
+
+    # ---- the parts --------------------------------------------------------------------------------------
+    def _segment(self, events: list, batches: list, ts: int, rel: Release, stats: ApplyStats) -> None:
+        """Every stream writes its share of one segment (rows below the next DDL, or to the release's end), in
+        parallel; returns once all have committed. A stream that fails leaves the others' commits in place (the
+        table floors make the rerun exact) and its error is raised once they are all done."""
+        n = self.assignment.n
+        ev_parts: list[list] = [[] for _ in range(n)]
+        b_parts: list[list] = [[] for _ in range(n)]
+        of = self.assignment.stream_of
+        for e in events:
+            ev_parts[of(e.schema, e.table)].append(e)
+        for b in batches:
+            b_parts[of(b.shape.schema, b.shape.table)].append(b)
+        work = [(i, _Share(ev_parts[i], b_parts[i], ts, rel, self._lock)) for i in range(n) if ev_parts[i] or b_parts[i]]
+        if not work:
+            return
+        if len(work) == 1:
+            i, share = work[0]
+            results = [(i, self._run(i, share))]
+        else:
+            futures = [(i, self._pool.submit(self._run, i, share)) for i, share in work]
+            results = [(i, f.result()) for i, f in futures]
+        failed = [r for _, r in results if isinstance(r, BaseException)]
+        committed = getattr(self.timer, "stream_applied", None)  # the metrics' per-stream applied ts
+        for i, r in results:
+            if isinstance(r, ApplyStats):
+                stats.add(r)
+                if committed is not None:
+                    committed(i, ts)
+        if failed:
+            raise failed[0]
+
+    def _run(self, i: int, share: _Share) -> ApplyStats | BaseException:
+        try:
+            return self.streams[i].apply(share)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 - returned, raised by _segment once every stream is done
+            return exc
+
+    def _ddl(self, ddl: DDL, rel: Release, stats: ApplyStats) -> None:
+        """The DDL once, by the coordinator, between two segments every stream has committed; then every stream
+        reads the tables again (a DDL may have changed any of them)."""
+        stats.add(self.coordinator.run_ddl(ddl, rel))
+        for a in self.streams:
+            a.forget_tables()
+
+    def _mark(self, applied_ts: int, checkpoints: dict, batches: int) -> None:
+        with self.engine.connect() as conn:
+            with conn.begin():
+                with self.timer.span("progress"):
+                    self.store.save(conn, applied_ts=applied_ts, checkpoints=checkpoints, table_progress={},
+                                    batches=batches)
+        self._marked = True
+
+    def _serial(self, rel: Release, undecodable: list[UndecodableMessage], batches: int) -> ApplyStats:
+        """A release with undecodable messages, in one transaction (an undecodable message of an unknown table
+        holds its whole partition, across streams); the streams then reload what is held and the tables."""
+        self.coordinator.aside.forget()
+        stats = self.coordinator.apply(rel, undecodable=undecodable, batches=batches)
+        self._marked = True
+        for a in self.streams:
+            a.aside.forget()
+            a.forget_tables()
+        self.total.add(stats)
+        return stats
