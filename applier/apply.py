@@ -253,15 +253,7 @@ class Applier:
 
     def _segments(self, conn: Connection, events: list, batches: list, progress: dict[tuple[str, str], TableProgress],
                   stats: ApplyStats, rel: Release) -> Iterator:
-        ddls = [e for e in events if type(e) is DDL]
-        rows = iter(e for e in events)
-        pending = next(rows, None)
-        for ddl, seg in lane_apply.segments(ddls, batches):
-            seg_events = []
-            while pending is not None and pending is not ddl:
-                seg_events.append(pending)
-                pending = next(rows, None)
-            pending = next(rows, None) if pending is ddl else pending
+        for ddl, seg_events, seg in lane_apply.cut_at_ddls(events, batches):
             with_events = {(e.schema, e.table) for e in seg_events}
             lane = [b for b in seg if (b.shape.schema, b.shape.table) not in with_events]
             ready = self._lane_ready(conn, lane) if lane else set()

@@ -1323,18 +1323,21 @@ class _Parser:
         """``[target] apply_streams`` above 1 needs a gated stream: the streams stay consistent as of a resolved ts,
         and a restart tells what a stream already applied by commit ts (invariant 16), neither of which an
         ungated stream has."""
-        if target.apply_streams == 1:
-            return
+        if target.apply_streams > 1:
+            self.require_gated("target.apply_streams", source, f"apply_streams = {target.apply_streams}",
+                               "the streams stay consistent as of a resolved ts, and a restart tells by commit ts what "
+                               "each stream applied", "apply_streams = 1")
+
+    def require_gated(self, key: str, source: SourceSettings, what: str, why: str, instead: str) -> None:
+        """Refuse ``what`` (at ``key``) unless the source's protocol and codec options carry resolved ts."""
         from applier.codecs import get_decoder
 
         if not get_decoder(source.protocol, **source.codec).gated:
             raise self.error(
-                "target.apply_streams",
-                f"{target.apply_streams} streams need a gated changefeed (the streams stay consistent as of a resolved "
-                f'ts, and a restart tells by commit ts what each stream applied), and source.protocol = '
-                f'"{source.protocol}" with these [source.codec] options has no resolved ts. Use open, simple, '
-                "canal-json with enable-tidb-extension=true, debezium with gated = true or avro with "
-                "enable_watermark = true, or apply_streams = 1")
+                key, f'{what} needs a gated changefeed ({why}), and source.protocol = "{source.protocol}" with these '
+                "[source.codec] options has no resolved ts. Use open, simple, canal-json with "
+                "enable-tidb-extension=true, debezium with gated = true or avro with enable_watermark = true, "
+                f"or {instead}")
 
     def check_route_modes(self, routes: Sequence[Rule], pipeline: PipelineSettings, source: SourceSettings,
                           target: TargetSettings) -> None:
@@ -1344,19 +1347,10 @@ class _Parser:
         and ``applier quarantine retry``) holds and re-applies changes by the target's key and as a replica would,
         which would lose or overwrite versions. Said here, before anything runs."""
         moded = [r for r in routes if r.mode not in (None, "replica")]
-        if not moded:
-            return
-        from applier.codecs import get_decoder
-
         for rule in moded:
             key = f"{rule.name}.mode"
-            if not get_decoder(source.protocol, **source.codec).gated:
-                raise self.error(
-                    key, f'"{rule.mode}" needs a gated changefeed (the mode\'s columns come from each change\'s '
-                    f'commit ts, and changes must apply in commit-ts order), and source.protocol = "{source.protocol}" with these '
-                    "[source.codec] options has no resolved ts. Use open, simple, canal-json with "
-                    "enable-tidb-extension=true, debezium with gated = true or avro with enable_watermark = true, "
-                    'or mode = "replica"')
+            self.require_gated(key, source, f'"{rule.mode}"', "the mode's columns come from each change's commit ts, "
+                               "and changes must apply in commit-ts order", 'mode = "replica"')
             apply_policy = rule.on_apply_error or target.on_apply_error
             if apply_policy != "stop":
                 where = f"{rule.name}.on_apply_error" if rule.on_apply_error else "target.on_apply_error"

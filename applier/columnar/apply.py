@@ -20,7 +20,7 @@ path (the refused-row search runs on the table's events).
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,6 +62,20 @@ def segments(ddls: list[DDL], batches: list[RowBatch]) -> list[tuple[DDL | None,
         rest = after
     out.append((None, rest))
     return out
+
+
+def cut_at_ddls(events: list, batches: list[RowBatch]) -> Iterator[tuple[DDL | None, list, list[RowBatch]]]:
+    """A release (its events in commit order and its batches) cut at its DDLs: per DDL the events and batch rows
+    committed before it (and after the DDL before it), then (None, the events and rows after the last one)."""
+    rows = iter(events)
+    pending = next(rows, None)
+    for ddl, seg in segments([e for e in events if type(e) is DDL], batches):
+        seg_events = []
+        while pending is not None and pending is not ddl:
+            seg_events.append(pending)
+            pending = next(rows, None)
+        pending = next(rows, None) if pending is ddl else pending
+        yield ddl, seg_events, seg
 
 
 def window_events(events: list[Event], batches: list[RowBatch], identity: Any) -> tuple[list[Event], int]:

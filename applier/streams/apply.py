@@ -33,7 +33,6 @@ share the interpreter lock.
 
 from __future__ import annotations
 
-import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
@@ -47,8 +46,6 @@ from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress
 from applier.quarantine import UndecodableMessage
 from applier.streams.assign import StreamAssignment
-
-log = logging.getLogger("applier.streams")
 
 
 class StreamStore:
@@ -131,22 +128,11 @@ class StreamApplier:
         undecodable = list(undecodable)
         if undecodable:
             return self._serial(rel, undecodable, batches)
-        events = list(rel)
-        ddls = [e for e in events if type(e) is DDL]
-        cut = lane_apply.segments(ddls, rel.batches) if rel.batches else [(d, []) for d in ddls] + [(None, [])]
         stats = ApplyStats()
         if not self._marked:
             self._mark(rel.applied_ts, rel.checkpoint(), 0)  # before any stream's first save: a valid point
-        pending = iter(events)
-        ev = next(pending, None)
         final_ts = max(rel.upto, rel.applied_ts)
-        for ddl, seg_batches in cut:
-            seg: list = []
-            while ev is not None and ev is not ddl:
-                seg.append(ev)
-                ev = next(pending, None)
-            if ev is ddl and ddl is not None:
-                ev = next(pending, None)
+        for ddl, seg, seg_batches in lane_apply.cut_at_ddls(list(rel), rel.batches):
             ts = final_ts if ddl is None else max(ddl.commit_ts - 1, rel.applied_ts)
             self._segment(seg, seg_batches, ts, rel, stats)
             if ddl is not None:
