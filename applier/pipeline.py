@@ -42,7 +42,7 @@ from applier.processor import BatchProcessor, BatchReport
 from applier.progress import PipelineState, ProgressStore
 from applier.report import ProgressLine
 from applier.routing import Router
-from applier.session import reset_checkpoint, silence, spark_session
+from applier.session import close_session, reset_checkpoint, silence, spark_session
 from applier.timing import NO_TIMING, StageTimer
 
 __all__ = ["PipelineStopped", "RunResult", "make_engine", "run", "spark_session"]
@@ -653,7 +653,7 @@ def run(settings: Settings, *, until_caught_up: bool = False, until_ts: int | No
                 return RunResult(0, BatchReport(), signal=STOP.signum)
             own_spark = spark is None
             if own_spark:
-                spark = spark_session(settings)
+                spark = spark_session(settings, owns_jvm=True)
                 STOP.install()  # pyspark installed its own SIGINT handler, which re-enters py4j (see StopRequest)
             try:
                 if STOP.requested:
@@ -664,8 +664,8 @@ def run(settings: Settings, *, until_caught_up: bool = False, until_ts: int | No
                 res.signal = STOP.signum
                 return res
             finally:
-                if own_spark:
-                    spark.stop()
+                if own_spark:  # a stop signal: no class archive is written (close_session), the stop stays prompt
+                    close_session(spark, keep_archive=not STOP.requested)
         finally:
             engine.dispose()
             if served is not None:

@@ -16,6 +16,8 @@ lines; ``[spark.conf] "spark.driver.extraJavaOptions"`` with ``-Dlog4j2.configur
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import logging
 import os
 import re
@@ -24,7 +26,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +58,7 @@ def java_binary() -> str:
     if not java or not os.access(java, os.X_OK):
         where = f"JAVA_HOME={home} has no bin/java" if home else "no java on PATH"
         raise SetupError(f"Spark needs Java 17 or newer ({where}): {JAVA_INSTALL}")
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SetupError(f"{java} -version failed ({exc}): {JAVA_INSTALL}") from None
+    out = java_version_text(java)
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     major = int(m.group(1)) if m else 0
     if major == 1 and m and m.group(2):  # "1.8.0_x" is Java 8
@@ -65,6 +66,15 @@ def java_binary() -> str:
     if major < 17:
         raise SetupError(f"Spark 4 needs Java 17 or newer; {java} is Java {major or '?'}: {JAVA_INSTALL}")
     return java
+
+
+@functools.lru_cache(maxsize=4)
+def java_version_text(java: str) -> str:
+    """What ``java -version`` prints (once per binary and process: the class archive's name includes it)."""
+    try:
+        return subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SetupError(f"{java} -version failed ({exc}): {JAVA_INSTALL}") from None
 
 
 def standalone_masters(master: str) -> list[tuple[str, int]]:
@@ -139,10 +149,14 @@ def submitted_master() -> str | None:
     return SparkConf().get("spark.master", None)
 
 
-def spark_session(settings: Settings, app_name: str | None = None):
+def spark_session(settings: Settings, app_name: str | None = None, *, owns_jvm: bool = False):
     """A SparkSession with the Kafka source jars on the classpath (resolved from Maven Central, no Ivy), checked
-    to have executors that can decode for this pipeline."""
-    java_binary()
+    to have executors that can decode for this pipeline.
+
+    ``owns_jvm``: the caller ends the session with :func:`close_session` and nothing in this process uses Spark
+    after it, so the driver's JVM may write the class archive at exit when none exists yet (:func:`class_archive`).
+    A session without it still maps an archive that exists."""
+    java = java_binary()
     submitted = submitted_master()
     master = submitted or settings.spark.master
     local = is_local_master(master)
@@ -172,12 +186,15 @@ def spark_session(settings: Settings, app_name: str | None = None):
     if not submitted:
         builder = builder.master(master)
     log_config = None if submitted else write_log_config(settings.pipeline.local_dir)
+    archive = None if submitted else class_archive(settings, java, owns_jvm=owns_jvm)
     _JVM_QUIET.clear()
     for k, v in session_conf(settings, master, jars=spark_kafka_jars(), python=python, shipped=shipped,
-                             log_config=log_config).items():
+                             log_config=log_config, archive=archive).items():
         builder = builder.config(k, v)
     with jvm_stderr_filtered():
         spark = builder.getOrCreate()
+    if archive is not None and archive.dumping is not None:
+        _DUMPING.append(archive)
     spark.sparkContext.setLogLevel(spark_log_level())
     if not local:
         try:
@@ -198,7 +215,8 @@ DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def session_conf(settings: Settings, master: str, *, jars: list[str], python: str | None,
-                 shipped: str | None, log_config: Path | None = None) -> dict[str, str]:
+                 shipped: str | None, log_config: Path | None = None,
+                 archive: ClassArchive | None = None) -> dict[str, str]:
     """Every Spark setting the session is built with: the applier's defaults, then ``[spark.conf]`` over them.
 
     Only a local master is pinned to loopback: on a cluster the executors must reach the driver, so its address
@@ -218,11 +236,155 @@ def session_conf(settings: Settings, master: str, *, jars: list[str], python: st
     conf.update(settings.spark.conf)
     if log_config is not None:  # the applier starts the driver's JVM (under spark-submit it runs already)
         ours = f"{DRIVER_JIT} -Dlog4j2.configurationFile={log_config.resolve().as_uri()}"
+        if archive is not None:
+            ours = f"{ours} {archive.java_options()}"
         conf["spark.driver.extraJavaOptions"] = " ".join(
             p for p in (ours, settings.spark.conf.get("spark.driver.extraJavaOptions", "")) if p)
     if shipped:
         conf["spark.submit.pyFiles"] = ",".join(p for p in (conf.get("spark.submit.pyFiles", ""), shipped) if p)
     return conf
+
+
+# ---- the driver JVM's class archive ---------------------------------------------------------------------------------
+
+# A driver JVM loads and verifies some 15,000 classes from pyspark's jars at every start: about 4 of the 12 s before
+# a first micro-batch is applied (docs/benchmarks.md, round 7). Java's class-data sharing maps them from an archive
+# instead. The first run that owns its JVM has the JVM write one at exit (-XX:ArchiveClassesAtExit, into a file
+# named by the process) and keeps it once the JVM has exited cleanly; later starts map it (-XX:SharedArchiveFile).
+# The archive's name is a digest of everything the JVM checks it against (the java binary and its version,
+# pyspark's jars, the driver's class path, memory and JVM options), so a changed installation gets a new archive;
+# a JVM that still cannot use one (Java's own checks) runs without it, as -Xshare:auto does.
+CLASS_ARCHIVES_KEPT = 2  # newest archives kept in the folder (each 150-200 MB)
+# options by which [spark.conf] takes class-data sharing into its own hands: the applier adds none then
+_OWN_SHARING = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "AutoCreateSharedArchive")
+_DUMPING: list[ClassArchive] = []  # the archive this process's JVM writes at exit (close_session keeps it)
+
+
+@dataclass(frozen=True)
+class ClassArchive:
+    """The driver JVM's class archive: mapped from ``path``, or (``dumping`` set) written there at the JVM's exit."""
+
+    path: Path
+    dumping: Path | None = None
+
+    def java_options(self) -> str:
+        # -Xlog:cds off: Java reports at the dump each class it cannot archive (old class-file versions in Spark's
+        # jars), a warning per class that says nothing about the run
+        if self.dumping is not None:
+            return f"-XX:ArchiveClassesAtExit={self.dumping} -Xlog:cds*=off"
+        return f"-XX:SharedArchiveFile={self.path} -Xlog:cds*=off"
+
+
+def class_archive_dir() -> Path:
+    from applier.jars import applier_home
+
+    return applier_home() / "class-archive"
+
+
+def class_archive_key(java: str, version_text: str, jars_dir: Path | None, conf: dict[str, str]) -> str:
+    """A digest of what decides whether the JVM accepts an archive: the java binary and its version, the name, size
+    and time of every jar in pyspark's folder, and the driver's class path, memory and JVM options."""
+    h = hashlib.sha256()
+    for part in (java, version_text, DRIVER_JIT, conf.get("spark.driver.extraClassPath", ""),
+                 conf.get("spark.driver.memory", ""), conf.get("spark.driver.extraJavaOptions", "")):
+        h.update(part.encode() + b"\0")
+    if jars_dir is not None:
+        for jar in sorted(jars_dir.iterdir()):
+            with contextlib.suppress(OSError):
+                st = jar.stat()
+                h.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:24]
+
+
+def class_archive(settings: Settings, java: str, *, owns_jvm: bool,
+                  folder: Path | None = None) -> ClassArchive | None:
+    """The archive the driver JVM of this session maps or writes, or None: ``[spark] class_archive = false``,
+    ``[spark.conf]`` options that set class-data sharing themselves, or no archive yet and a session that does not
+    own its JVM (:func:`spark_session`)."""
+    if not settings.spark.class_archive:
+        return None
+    if any(opt in settings.spark.conf.get("spark.driver.extraJavaOptions", "") for opt in _OWN_SHARING):
+        return None
+    from applier.jars import pyspark_jars_dir
+
+    folder = folder or class_archive_dir()
+    key = class_archive_key(java, java_version_text(java), pyspark_jars_dir(), dict(settings.spark.conf))
+    path = folder / f"spark-driver-{key}.jsa"
+    if path.is_file() and path.stat().st_size > 0:
+        return ClassArchive(path)
+    if not owns_jvm:
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned_dumps(folder)
+    except OSError as exc:
+        log.info("no class archive for the driver's JVM (%s): Spark starts without one", exc)
+        return None
+    return ClassArchive(path, dumping=folder / f"{path.name}.dump-{os.getpid()}")
+
+
+def _remove_abandoned_dumps(folder: Path) -> None:
+    """Dumps whose process is gone (killed before its JVM finished, or never ended by :func:`close_session`)."""
+    for dump in folder.glob("*.jsa.dump-*"):
+        pid = dump.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                dump.unlink()
+
+
+def close_session(spark, *, keep_archive: bool = True, timeout: float = 300.0) -> None:
+    """Stop ``spark`` (a session from ``spark_session(owns_jvm=True)``). When its JVM writes the class archive, end
+    the JVM now (the py4j gateway and the pipe whose end makes it exit), wait for it, and keep the archive if the
+    JVM exited cleanly; nothing in this process may use Spark afterwards. ``keep_archive=False`` (an operator's
+    stop signal: the stop must stay prompt) kills the JVM instead, before it writes anything."""
+    spark.stop()
+    if not _DUMPING:
+        return
+    archive = _DUMPING.pop()
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    dump = archive.dumping
+    assert dump is not None
+    if proc is None:  # not the JVM this process started
+        return
+    t = time.monotonic()
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if not keep_archive:
+        proc.kill()
+        proc.wait()
+        with contextlib.suppress(OSError):
+            dump.unlink()
+        return
+    with contextlib.suppress(OSError):
+        proc.stdin.close()  # the gateway exits when its stdin ends
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("the driver's JVM did not exit within %.0f s of the session's end (writing its class archive "
+                    "%s): left running; the next start removes the unfinished file", timeout, dump)
+        return
+    if code == 0 and dump.is_file() and dump.stat().st_size > 0:
+        os.replace(dump, archive.path)
+        _prune_archives(archive.path.parent)
+        log.info("wrote the driver JVM's class archive %s (%.0f MB in %.1f s): later starts map Spark's classes "
+                 "from it ([spark] class_archive)", archive.path, archive.path.stat().st_size / 2**20,
+                 time.monotonic() - t)
+    else:
+        with contextlib.suppress(OSError):
+            dump.unlink()
+        log.info("the driver's JVM exited with code %s and no complete class archive: the next run tries again", code)
+
+
+def _prune_archives(folder: Path) -> None:
+    archives = sorted(folder.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[CLASS_ARCHIVES_KEPT:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
 
 
 def workers_python(settings: Settings, master: str) -> str | None:

@@ -972,7 +972,8 @@ def run_startup(a: argparse.Namespace) -> int:
     runs: list[dict[str, float]] = []
     bare: list[dict[str, float]] = []
     base = Path(tempfile.gettempdir()) / "applier-bench" / run_id
-    args = {k: getattr(a, k) for k in ("protocol", "cores", "buffer_mb", "decode_on", "batch_rows", "spark_conf")}
+    args = {k: getattr(a, k) for k in ("protocol", "cores", "buffer_mb", "decode_on", "batch_rows", "apply_streams",
+                                      "spark_conf")}
     schemas = []
     try:
         for i in range(a.startup):

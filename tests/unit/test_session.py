@@ -196,3 +196,106 @@ def test_the_jvms_incubator_notice_is_dropped_and_everything_else_passes(capfd):
         time.sleep(0.05)
     assert "incubator" not in err
     assert "ERROR Something: a real problem\n" in err and "the applier's own line\n" in err and "no newline" in err
+
+
+# ---- the driver JVM's class archive (round 7: about 4 s less start-up) ---------------------------------------
+
+def _jars(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        (folder / n).write_bytes(n.encode())
+    return folder
+
+
+def test_the_archive_name_changes_with_what_the_jvm_checks_it_against(tmp_path):
+    from applier.session import class_archive_key
+
+    jars = _jars(tmp_path / "jars", "spark-core.jar", "scala-library.jar")
+    key = class_archive_key("/usr/bin/java", 'openjdk version "17.0.15"', jars, {})
+    assert key == class_archive_key("/usr/bin/java", 'openjdk version "17.0.15"', jars, {"spark.ui.port": "1"})
+    assert key != class_archive_key("/opt/jdk/bin/java", 'openjdk version "17.0.15"', jars, {})
+    assert key != class_archive_key("/usr/bin/java", 'openjdk version "17.0.16"', jars, {})
+    for conf in ({"spark.driver.memory": "8g"}, {"spark.driver.extraClassPath": "/x.jar"},
+                 {"spark.driver.extraJavaOptions": "-Xss4m"}):
+        assert key != class_archive_key("/usr/bin/java", 'openjdk version "17.0.15"', jars, conf), conf
+    (jars / "spark-core.jar").write_bytes(b"a newer spark-core")
+    assert key != class_archive_key("/usr/bin/java", 'openjdk version "17.0.15"', jars, {})
+
+
+def test_a_run_that_owns_its_jvm_writes_the_archive_and_later_starts_map_it(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from applier import session
+
+    java = shutil.which("java") or "/usr/bin/java"
+    monkeypatch.setattr(session, "java_version_text", lambda j: 'openjdk version "17.0.15"')
+    folder = tmp_path / "archives"
+    assert session.class_archive(settings(), java, owns_jvm=False, folder=folder) is None  # nothing to map yet
+    first = session.class_archive(settings(), java, owns_jvm=True, folder=folder)
+    assert first is not None and first.dumping == folder / f"{first.path.name}.dump-{os.getpid()}"
+    assert f"-XX:ArchiveClassesAtExit={first.dumping}" in first.java_options()
+    assert "SharedArchiveFile" not in first.java_options()
+    first.path.write_bytes(b"an archive")  # what close_session keeps once the JVM exited cleanly
+    for owns in (True, False):
+        later = session.class_archive(settings(), java, owns_jvm=owns, folder=folder)
+        assert later == session.ClassArchive(first.path)
+        assert f"-XX:SharedArchiveFile={first.path}" in later.java_options()
+    conf = session_conf(settings(), "local[2]", jars=[], python=None, shipped=None, log_config=tmp_path / "l.p",
+                        archive=later)
+    assert conf["spark.driver.extraJavaOptions"].endswith(later.java_options())
+
+
+def test_no_archive_when_turned_off_or_when_spark_conf_sets_class_sharing_itself(tmp_path, monkeypatch):
+    from applier import session
+
+    monkeypatch.setattr(session, "java_version_text", lambda j: "17")
+    off = parse_config({
+        "pipeline": {"name": "p", "checkpoint_dir": "/var/lib/applier/p"},
+        "source": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["t"], "protocol": "canal-json"},
+        "target": {"url": "mysql+pymysql://u@127.0.0.1:3306/d"},
+        "spark": {"class_archive": False},
+    })
+    assert off.spark.class_archive is False
+    assert session.class_archive(off, "/usr/bin/java", owns_jvm=True, folder=tmp_path) is None
+    for opts in ("-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x.jsa"):
+        s = settings(conf={"spark.driver.extraJavaOptions": opts})
+        assert session.class_archive(s, "/usr/bin/java", owns_jvm=True, folder=tmp_path) is None, opts
+    with pytest.raises(ConfigError) as err:
+        parse_config({
+            "pipeline": {"name": "p", "checkpoint_dir": "/var/lib/applier/p"},
+            "source": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["t"], "protocol": "canal-json"},
+            "target": {"url": "mysql+pymysql://u@127.0.0.1:3306/d"},
+            "spark": {"class_archive": "yes"},
+        })
+    assert "spark.class_archive" in str(err.value)
+
+
+def test_a_dump_whose_process_is_gone_is_removed_and_a_live_ones_kept(tmp_path, monkeypatch):
+    import os
+    import subprocess
+
+    from applier import session
+
+    monkeypatch.setattr(session, "java_version_text", lambda j: "17")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / f"spark-driver-x.jsa.dump-{gone.pid}"
+    alive = tmp_path / f"spark-driver-y.jsa.dump-{os.getppid()}"
+    for p in (dead, alive):
+        p.write_bytes(b"half an archive")
+    session.class_archive(settings(), "/usr/bin/java", owns_jvm=True, folder=tmp_path)
+    assert not dead.exists() and alive.exists()
+
+
+def test_only_the_newest_archives_are_kept(tmp_path):
+    import os
+
+    from applier.session import CLASS_ARCHIVES_KEPT, _prune_archives
+
+    paths = [tmp_path / f"spark-driver-{i}.jsa" for i in range(CLASS_ARCHIVES_KEPT + 2)]
+    for i, p in enumerate(paths):
+        p.write_bytes(b"x")
+        os.utime(p, (1000 + i, 1000 + i))
+    _prune_archives(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths[-CLASS_ARCHIVES_KEPT:])
