@@ -417,6 +417,10 @@ QUIET_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.ResolveWriteToStream",
     "org.apache.hadoop.util.NativeCodeLoader",
 )
+# Loggers off: Spark's "Error in TaskCompletionListener" with its Java trace is the clean-up of a task whose query is
+# already failing (a Kafka login refused while running), logged after the failure the applier reports itself in one
+# line; with the class archive's faster start it lands on stderr before the run ends.
+SILENT_LOGGERS = ("org.apache.spark.TaskContextImpl",)
 # What the JVM itself prints at start (not log4j): Spark asks for the jdk.incubator.vector module, and Java says so
 # on stderr with no option to turn it off.
 JVM_NOISE = (b"WARNING: Using incubator modules:",)
@@ -449,6 +453,8 @@ def log_config_text(level: str) -> str:
     ]
     for i, name in enumerate(QUIET_LOGGERS):
         lines += [f"logger.quiet{i}.name = {name}", f"logger.quiet{i}.level = error"]
+    for i, name in enumerate(SILENT_LOGGERS):
+        lines += [f"logger.silent{i}.name = {name}", f"logger.silent{i}.level = off"]
     return "\n".join(lines) + "\n"
 
 

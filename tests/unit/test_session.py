@@ -299,3 +299,11 @@ def test_only_the_newest_archives_are_kept(tmp_path):
         os.utime(p, (1000 + i, 1000 + i))
     _prune_archives(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths[-CLASS_ARCHIVES_KEPT:])
+
+
+def test_a_failing_querys_task_clean_up_is_not_logged():
+    from applier.session import log_config_text
+
+    text = log_config_text("ERROR")
+    assert "logger.silent0.name = org.apache.spark.TaskContextImpl" in text
+    assert "logger.silent0.level = off" in text
