@@ -336,7 +336,9 @@ def close_session(spark, *, keep_archive: bool = True, timeout: float = 300.0) -
     """Stop ``spark`` (a session from ``spark_session(owns_jvm=True)``). When its JVM writes the class archive, end
     the JVM now (the py4j gateway and the pipe whose end makes it exit), wait for it, and keep the archive if the
     JVM exited cleanly; nothing in this process may use Spark afterwards. ``keep_archive=False`` (an operator's
-    stop signal: the stop must stay prompt) kills the JVM instead, before it writes anything."""
+    stop signal: the stop must stay prompt) kills the JVM instead, before it writes anything. Running tasks are
+    drained first (:func:`drain_tasks`)."""
+    drain_tasks(spark, TASK_DRAIN_SECONDS if keep_archive else 2.0)
     spark.stop()
     if not _DUMPING:
         return
@@ -378,6 +380,30 @@ def close_session(spark, *, keep_archive: bool = True, timeout: float = 300.0) -
         with contextlib.suppress(OSError):
             dump.unlink()
         log.info("the driver's JVM exited with code %s and no complete class archive: the next run tries again", code)
+
+
+TASK_DRAIN_SECONDS = 10.0
+
+
+def drain_tasks(spark, timeout: float) -> bool:
+    """Cancel the session's jobs and wait (up to ``timeout`` s) until no task runs on any executor; True if none
+    does. A query that failed in one task (a refused Kafka login) leaves its job's other tasks being killed:
+    stopping the context under them clears ``SparkEnv`` while they still read their broadcast, and each logs a
+    ``NullPointerException`` with its Java trace on stderr after the applier has already named the real cause."""
+    try:
+        spark.sparkContext.cancelAllJobs()
+        tracker = spark.sparkContext._jsc.sc().statusTracker()
+        deadline = time.monotonic() + timeout
+        while True:
+            if sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) == 0:
+                return True
+            if time.monotonic() >= deadline:
+                log.info("tasks still running %.0f s after their jobs were cancelled: stopping Spark under them",
+                         timeout)
+                return False
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - a context already stopped (or its gateway gone) has nothing to drain
+        return True
 
 
 def _prune_archives(folder: Path) -> None:

@@ -307,3 +307,65 @@ def test_a_failing_querys_task_clean_up_is_not_logged():
     text = log_config_text("ERROR")
     assert "logger.silent0.name = org.apache.spark.TaskContextImpl" in text
     assert "logger.silent0.level = off" in text
+
+
+class _Executor:
+    def __init__(self, tracker):
+        self.tracker = tracker
+
+    def numRunningTasks(self):  # noqa: N802 - Spark's Java name
+        return self.tracker.running.pop(0) if self.tracker.running else 0
+
+
+class _Tracker:
+    def __init__(self, running):
+        self.running = list(running)
+        self.cancelled = 0
+
+    def getExecutorInfos(self):  # noqa: N802
+        return [_Executor(self)]
+
+
+class _Spark:
+    """What drain_tasks reads of a session: cancelAllJobs and the executors' running-task counts."""
+
+    def __init__(self, running):
+        self.tracker = _Tracker(running)
+        outer = self
+
+        class _Sc:
+            def cancelAllJobs(self):  # noqa: N802
+                outer.tracker.cancelled += 1
+
+            class _jsc:  # noqa: N801
+                @staticmethod
+                def sc():
+                    return type("S", (), {"statusTracker": staticmethod(lambda: outer.tracker)})()
+
+        self.sparkContext = _Sc()
+
+
+def test_the_session_stops_only_once_its_cancelled_tasks_have_ended():
+    from applier.session import drain_tasks
+
+    spark = _Spark([2, 1, 1, 0])
+    assert drain_tasks(spark, 5.0) is True
+    assert spark.tracker.cancelled == 1 and spark.tracker.running == []  # polled until no task ran
+
+
+def test_a_task_that_never_ends_bounds_the_drain():
+    from applier.session import drain_tasks
+
+    spark = _Spark([1] * 10_000)
+    assert drain_tasks(spark, 0.2) is False
+
+
+def test_a_stopped_context_has_nothing_to_drain():
+    from applier.session import drain_tasks
+
+    class Gone:
+        @property
+        def sparkContext(self):  # noqa: N802
+            raise RuntimeError("stopped")
+
+    assert drain_tasks(Gone(), 5.0) is True
