@@ -215,6 +215,9 @@ class Dialect:
 
 class MySQLDialect(Dialect):
     name = "mysql"
+    # the engine of the LOAD DATA path's staging table (None: the server's default_tmp_storage_engine, InnoDB on
+    # MySQL, whose MyISAM is deprecated and was the slowest stage measured)
+    stage_engine: str | None = None
 
     def connect_args(self, target: Any) -> dict[str, Any]:
         """PyMySQL's ``ssl``: an :class:`ssl.SSLContext` built here, so every mode means exactly what it says
@@ -252,7 +255,8 @@ class MySQLDialect(Dialect):
     def writer(self, batch_rows: int = 5000, timer: StageTimer = NO_TIMING) -> Sink:
         from applier.sinks.mysql import MySQLSink
 
-        return MySQLSink(batch_rows, convert=self.value_converter, timer=timer, transient=self.is_transient)
+        return MySQLSink(batch_rows, convert=self.value_converter, timer=timer, transient=self.is_transient,
+                         stage_engine=self.stage_engine)
 
     def value_converter(self, column_type: str | None) -> Converter | None:
         from applier.sinks.mysql import mysql_converter
@@ -295,6 +299,10 @@ class MariaDBDialect(MySQLDialect):
     """MySQL's writer and values; DDL with MariaDB's own spellings and ``IF [NOT] EXISTS`` forms."""
 
     name = "mariadb"
+    # the LOAD DATA path's staging table (applier.sinks.mysql_load): Aria, MariaDB's crash-safe MyISAM successor,
+    # keeps BLOB and TEXT and writes no undo; measured against an InnoDB temporary stage, 500k upserts of 5000-row
+    # chunks: the server's CPU for load + merge + clearing 8.8-9.8 -> 5.8 CPU-s
+    stage_engine = "Aria"
 
 
 class PostgresDialect(Dialect):

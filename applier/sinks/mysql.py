@@ -60,12 +60,12 @@ from applier.sinks.plan import group_columns
 
 class MySQLSink(Sink):
     def __init__(self, batch_rows: int = 5000, *, transient: Callable[[BaseException], bool] | None = None,
-                 **kw: Any) -> None:
+                 stage_engine: str | None = None, **kw: Any) -> None:
         """``transient`` is the dialect's judgement of a statement error (a fault that passes, which the LOAD DATA
-        path raises rather than falls back on)."""
+        path raises rather than falls back on); ``stage_engine`` the dialect's engine for that path's stage."""
         super().__init__(batch_rows, **kw)
         self._sql: dict[tuple[Any, ...], str] = {}
-        self.load_data = LoadDataUpserter(transient)
+        self.load_data = LoadDataUpserter(transient, stage_engine=stage_engine)
 
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         if self.load_data.usable(conn, len(rows)) and self.load_data.upsert(conn, meta, cols, rows):

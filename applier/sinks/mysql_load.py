@@ -5,11 +5,13 @@ executemany, which formats every value into SQL text in Python: 14-20 us of clie
 the chunk once into a text file in LOAD DATA's own format, lets the server read it into a session TEMPORARY
 staging table of the target's column types, and merges it with one ``INSERT INTO target (cols) SELECT cols FROM
 stage ORDER BY seq ON DUPLICATE KEY UPDATE c = VALUES(c)``: the statement today's executemany sends, with the
-rows coming from the stage instead of ``VALUES`` lists (key-only tables included). Then the stage is emptied
-with ``DELETE`` (``TRUNCATE`` would commit). All of it runs inside the caller's data transaction: the stage is
-an InnoDB temporary table, so a rollback (whole, or to a savepoint) takes its rows back too, and neither
-``CREATE TEMPORARY TABLE`` nor ``DROP TEMPORARY TABLE`` commits (progress commits with the data, invariant 6;
-a replay after a transient fault starts from an empty stage, invariant 14).
+rows coming from the stage instead of ``VALUES`` lists (key-only tables included). Then the stage is dropped
+(``TRUNCATE`` would commit; ``DELETE`` cost the server as much as the LOAD). All of it runs inside the caller's
+data transaction, and neither ``CREATE TEMPORARY TABLE`` nor ``DROP TEMPORARY TABLE`` commits (progress commits
+with the data, invariant 6). Only the merge writes the target, so a rollback (whole, or to a savepoint) takes
+back all the chunk wrote there; a stage that still exists when its next chunk comes (a LOAD whose transaction
+was rolled back before the merge's end) is dropped first, so a replay after a transient fault starts from an
+empty stage (invariant 14) whatever the stage's engine.
 
 **The file** (:func:`encode_rows`): ``CHARACTER SET utf8mb4 FIELDS TERMINATED BY X'09' ENCLOSED BY ''
 ESCAPED BY X'5C' LINES TERMINATED BY X'0A'`` (TAB, backslash, LF; hex literals, so that the statement means the
@@ -60,11 +62,15 @@ them, :func:`enable_local_infile` refuses to start (``[target] load_data = "off"
 rather than run unguarded.
 
 **The stage**: one per connection and table shape and column set, ``applier_load_<n>`` in the connection's default
-database (the applier's own), made with ``CREATE TEMPORARY TABLE ... (seq BIGINT AUTO_INCREMENT PRIMARY KEY)
-SELECT cols FROM target LIMIT 0`` (the target's column types, character sets and NOT NULL; no CHECK, no defaults,
-no generated columns: the merge into the target applies those), known through the pool's per-connection ``info``
-(cleared when a connection is replaced, as its session's temporary tables are) and made again when the table is
-read again after a DDL. Statements are built from identifiers quoted by SQLAlchemy and constants only (invariant
+database (the applier's own), made for each chunk with ``CREATE TEMPORARY TABLE ... (seq BIGINT AUTO_INCREMENT
+PRIMARY KEY) ENGINE=<the dialect's> SELECT cols FROM target LIMIT 0`` (the target's column types, character sets
+and NOT NULL; no CHECK, no defaults, no generated columns: the merge into the target applies those) and dropped
+after its merge; its name and statements are known through the pool's per-connection ``info`` (cleared when a
+connection is replaced, as its session's temporary tables are) and made again when the table is read again after
+a DDL. The engine is the dialect's ``stage_engine``: Aria on MariaDB (no undo, BLOB and TEXT kept; an InnoDB
+temporary stage wrote every row twice with undo: 500k upserts in 5000-row chunks cost the server 8.8-9.8 CPU-s
+for LOAD, merge and DELETE against 5.8 with Aria and a drop), the server's default on MySQL; a server that refuses
+it gets its default, said once. Statements are built from identifiers quoted by SQLAlchemy and constants only (invariant
 10), and go through PyMySQL's ``%`` formatting like every other statement of the writer (which undoes the
 preparer's doubled ``%%``).
 
@@ -109,6 +115,7 @@ LOCAL_INFILE_DISABLED = frozenset({1148, 3948, 4166})
 #: connection info keys (SQLAlchemy's pool clears ``info`` when a connection is replaced)
 ALLOWED_KEY = "applier_load_data_allowed"
 STAGES_KEY = "applier_load_data_stages"
+ENGINE_REFUSED_KEY = "applier_load_data_stage_engine_refused"  # the server refused the dialect's stage engine
 NULL = "\\N"
 _ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"))
 
@@ -426,6 +433,16 @@ def load_statement(prep: Any, stage: str, cols: Sequence[str], modes: Sequence[s
     return "LOAD DATA LOCAL INFILE ", after
 
 
+def create_statement(prep: Any, meta: TableMeta, stage: str, seq: str, cols: Sequence[str],
+                     engine: str | None) -> str:
+    """The stage's ``CREATE TEMPORARY TABLE``: an AUTO_INCREMENT ``seq`` that keeps the file's row order, then the
+    target's ``cols`` with their types, character sets and nullability (``SELECT ... LIMIT 0``), in ``engine``
+    (a constant of the dialect) or the server's default temporary engine."""
+    engine_clause = f" ENGINE={engine}" if engine else ""
+    return (f"CREATE TEMPORARY TABLE {stage} ({prep.quote(seq)} BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY)"
+            f"{engine_clause} SELECT {', '.join(map(prep.quote, cols))} FROM {prep.format_table(meta.table)} LIMIT 0")
+
+
 def merge_statement(prep: Any, meta: TableMeta, stage: str, seq: str, cols: Sequence[str]) -> str:
     """``INSERT INTO target (cols) SELECT cols FROM stage ORDER BY seq ON DUPLICATE KEY UPDATE c = VALUES(c)``:
     today's upsert (``MySQLSink._upsert_sql``) with the rows from the stage, in file order."""
@@ -488,7 +505,8 @@ class _Stage:
     seq: str
     loads: dict[tuple[str, ...], tuple[str, str]] = field(default_factory=dict)  # modes -> load statement
     merge: str = ""
-    dirty: bool = False  # rows may be in it (a LOAD ran and no DELETE followed yet)
+    create: str = ""  # its CREATE TEMPORARY TABLE statement
+    exists: bool = False  # created on this connection and not dropped since
 
 
 class LoadDataUpserter:
@@ -496,9 +514,10 @@ class LoadDataUpserter:
     through executemany instead; a transient fault is raised."""
 
     def __init__(self, transient: Callable[[BaseException], bool] | None = None, min_rows: int = MIN_ROWS,
-                 scratch_dir: str | None = None) -> None:
+                 scratch_dir: str | None = None, stage_engine: str | None = None) -> None:
         # without a dialect's judgement every statement error is raised (never a fallback on a lost transaction)
         self.transient = transient or (lambda exc: True)
+        self.stage_engine = stage_engine  # the dialect's (module docstring, "The stage"); None: the server's default
         self.min_rows = min_rows
         self.scratch_dir = scratch_dir
         self.stats = LoadStats()
@@ -536,7 +555,6 @@ class LoadDataUpserter:
             with os.fdopen(fd, "wb", closefd=True) as f:
                 f.write(encoded.data)
             before, after = self._load_sql(conn, stage, cols, encoded.modes)
-            stage.dirty = True
             try:
                 with dbapi.sending(path):
                     conn.exec_driver_sql(before + literal + after)
@@ -595,26 +613,43 @@ class LoadDataUpserter:
         key = (meta.schema, meta.name, cols)
         stage = stages.get(key)
         prep = conn.dialect.identifier_preparer
-        if stage is not None and stage.meta is meta:
-            if stage.dirty:
-                self._clear(conn, stage)
-            return stage
-        if stage is not None:  # the table changed since: a new stage of its new shape
+        if stage is not None and stage.meta is not meta:  # the table changed since: a new stage of its new shape
             stages.pop(key)
-            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {stage.name}")
-        seq = SEQ
-        while seq in cols:
-            seq += "_"
-        n = info.get(STAGES_KEY + "_n", 0) + 1
-        info[STAGES_KEY + "_n"] = n
-        name = prep.quote(f"applier_load_{n}")
-        conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
-        conn.exec_driver_sql(
-            f"CREATE TEMPORARY TABLE {name} ({prep.quote(seq)} BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) "
-            f"SELECT {', '.join(map(prep.quote, cols))} FROM {prep.format_table(meta.table)} LIMIT 0")
-        stage = _Stage(meta, name, seq, merge=merge_statement(prep, meta, name, seq, cols))
-        stages[key] = stage
+            self._clear(conn, stage)
+            stage = None
+        if stage is None:
+            seq = SEQ
+            while seq in cols:
+                seq += "_"
+            n = info.get(STAGES_KEY + "_n", 0) + 1
+            info[STAGES_KEY + "_n"] = n
+            name = prep.quote(f"applier_load_{n}")
+            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
+            stage = _Stage(meta, name, seq, merge=merge_statement(prep, meta, name, seq, cols))
+            stages[key] = stage
+        elif stage.exists:  # rows of a chunk that never reached its merge's end (a rolled-back transaction)
+            self._clear(conn, stage)
+        self._create(conn, stage, cols)
         return stage
+
+    def _create(self, conn: Connection, stage: _Stage, cols: tuple[str, ...]) -> None:
+        """Create the (dropped) stage, in the dialect's engine unless this connection's server refused it."""
+        info = conn.connection.info
+        engine = None if info.get(ENGINE_REFUSED_KEY) else self.stage_engine
+        if not stage.create or (engine is None) != (" ENGINE=" in stage.create):
+            stage.create = create_statement(conn.dialect.identifier_preparer, stage.meta, stage.name, stage.seq,
+                                            cols, engine)
+        try:
+            conn.exec_driver_sql(stage.create)
+        except DBAPIError as exc:
+            if engine is None or self.transient(exc):
+                raise
+            info[ENGINE_REFUSED_KEY] = True
+            self._warn(f"the server refused a staging table in ENGINE={engine} ({str(exc.orig)[:200]}); the stage "
+                       "is in its default temporary engine")
+            self._create(conn, stage, cols)
+            return
+        stage.exists = True
 
     def _load_sql(self, conn: Connection, stage: _Stage, cols: tuple[str, ...],
                   modes: tuple[str, ...]) -> tuple[str, str]:
@@ -624,8 +659,10 @@ class LoadDataUpserter:
         return sql
 
     def _clear(self, conn: Connection, stage: _Stage) -> None:
-        conn.exec_driver_sql(f"DELETE FROM {stage.name}")
-        stage.dirty = False
+        """Drop the stage (module docstring, "The stage": cheaper than emptying it, and in a non-transactional
+        engine the only way a chunk's rows never reach the next). It is created again for the next chunk."""
+        conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {stage.name}")
+        stage.exists = False
 
     def _failed(self, conn: Connection, exc: DBAPIError, meta: TableMeta, stage: _Stage | None) -> bool:
         """A statement of the path failed. A transient fault or a refused file request is raised; anything else

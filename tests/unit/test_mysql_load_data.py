@@ -270,6 +270,19 @@ def test_the_merge_is_todays_upsert_from_the_stage_in_file_order() -> None:
     assert key_only.endswith("ON DUPLICATE KEY UPDATE a = VALUES(a)")
 
 
+def test_the_stage_is_made_in_the_dialects_engine() -> None:
+    from applier.dialect import MARIADB, MYSQL
+
+    meta = _meta(("id",), ("id", "v"))
+    aria = L.create_statement(PREP, meta, "`applier_load_1`", "_applier_seq", ("id", "v"), "Aria")
+    assert aria == ("CREATE TEMPORARY TABLE `applier_load_1` (_applier_seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY)"
+                    " ENGINE=Aria SELECT id, v FROM s.`t%%x` LIMIT 0")
+    default = L.create_statement(PREP, meta, "`applier_load_1`", "_applier_seq", ("id", "v"), None)
+    assert " ENGINE=" not in default and default.endswith("SELECT id, v FROM s.`t%%x` LIMIT 0")
+    assert MARIADB.writer().load_data.stage_engine == "Aria"
+    assert MYSQL.writer().load_data.stage_engine is None
+
+
 def test_a_file_name_that_would_need_escaping_is_not_used() -> None:
     assert L.path_literal("/tmp/applier-load-x.tsv") == "'/tmp/applier-load-x.tsv'"
     for bad in ("/tmp/it's/f", "/tmp/back\\slash/f", "/tmp/new\nline/f", "/tmp/100%/f"):
