@@ -68,6 +68,8 @@ from applier.events import DDL, Column, KafkaMessage, Op, Resolved, RowChange
 PROTOCOL = "canal-json"
 WATERMARK_TYPE = "TIDB_WATERMARK"
 ROW_TYPES = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
+# the lane's op codes by message type: looking an Op up in OP_CODE per row hashed the Enum in Python (enum.__hash__)
+_TYPE_CODES = {name: OP_CODE[op] for name, op in ROW_TYPES.items()}
 
 _COLUMN_CACHE_LIMIT = 1 << 16
 _SHAPE_CACHE_LIMIT = 4096
@@ -398,7 +400,7 @@ class CanalJSONDecoder:
         extras: list = []
         insert_op, update_op, delete_op = Op.INSERT, Op.UPDATE, Op.DELETE
         try:
-            envelope, row_types, lane_shape, op_code = _LANE_ENVELOPE.decode, ROW_TYPES, self._lane_shape, OP_CODE
+            envelope, row_types, lane_shape, type_codes = _LANE_ENVELOPE.decode, ROW_TYPES, self._lane_shape, _TYPE_CODES
             placed: dict[tuple[int, str], tuple[_Shape, _ColumnGroup, int]] = {}  # shape, topic -> group, variant
             for msg in msgs:
                 # A plain row message, read by msgspec against _LaneRow (types checked in C as _parse and _rows_head
@@ -465,8 +467,20 @@ class CanalJSONDecoder:
                     at = placed[(id(shape), topic)] = (shape, g, g.variant(shape.columns))
                 g = at[1]
                 g.meta.append((commit_ts, msg.partition, msg.offset,
-                               (len(msg.value) + len(msg.key or b"")) // n, op_code[op], at[2], n))
+                               (len(msg.value) + len(msg.key or b"")) // n, type_codes[m.type], at[2], n))
                 g.rows += n
+                if n == 1:  # TiCDC's own: one row per message (append, not a one-item list to extend with)
+                    if op is insert_op:
+                        g.befores.append(g.null_row)
+                        g.afters.append(data[0])
+                    elif op is delete_op:
+                        g.befores.append(data[0])
+                        g.afters.append(g.null_row)
+                    else:  # before = the data row overlaid with old, which names every column in the same order
+                        g.befores.append(m.old[0])
+                        g.afters.append(data[0])
+                    order.append(g.index)
+                    continue
                 if op is insert_op:
                     g.befores.extend([g.null_row] * n)
                     g.afters.extend(data)
