@@ -62,6 +62,8 @@ Example (every key; see ``conf/*.toml``)::
                                           # (auto: when the server allows local_infile; PostgreSQL: not used)
     apply_streams = 1                     # 1-16 parallel target transactions per window, split by table, one
                                           # consistent resolved ts (gated protocols; applier/streams)
+    apply_on = "auto"                     # auto | driver | executors: where the streams write (apply_streams > 1
+                                          # only; auto: executors on a cluster master, driver threads on local[N])
     schema = ""                           # default target schema for unrouted tables
 
     [metrics]                             # Prometheus endpoint of `applier run` (applier.metrics)
@@ -238,10 +240,12 @@ _SOURCE_KEYS = ("bootstrap_servers", "topics", "topic_pattern", "protocol", "sta
                 "codec", "max_clock_skew", "retry_seconds")
 _TARGET_KEYS = ("url", "password_env", "password_file", "batch_rows", "on_unsupported_ddl", "on_apply_error",
                 "shard_ddl", "schema", "retry_seconds", "schema_evolution", "load_data", "ssl_mode", "ssl_ca", "ssl_cert",
-                "ssl_key", "apply_streams")
+                "ssl_key", "apply_streams", "apply_on")
 #: ``[target] apply_streams``: at most this many (each holds a target connection and a thread of the driver)
 MAX_APPLY_STREAMS = 16
 #: ``[target] ssl_mode``: PostgreSQL's sslmode words, for every target (applier.dialect maps them per driver)
+#: ``[target] apply_on``: where the apply streams write their shares (applier.streams.remote)
+APPLY_ON = ("auto", "driver", "executors")
 SSL_MODES = ("disable", "require", "verify-ca", "verify-full")
 #: TLS settings a target URL's query may carry for its driver: set in the URL or in the [target] ssl_* keys, not both
 _URL_TLS_QUERY = frozenset({"sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "ssl", "ssl_ca", "ssl_cert",
@@ -513,6 +517,9 @@ class TargetSettings(_RedactedRepr):
     load_data: str = "auto"
     # parallel transaction streams per resolved window, split by target table (applier/streams); 1: one transaction
     apply_streams: int = 1
+    # auto | driver | executors: where the streams' transactions run (threads of the driver, or Spark tasks:
+    # applier/streams/remote.py); only read with apply_streams > 1, see Settings.applies_on_executors()
+    apply_on: str = "auto"
 
     @property
     def verifies_certificate(self) -> bool:
@@ -555,6 +562,7 @@ class TargetSettings(_RedactedRepr):
             "schema_evolution": self.schema_evolution,
             "load_data": self.load_data,
             "apply_streams": self.apply_streams,
+            "apply_on": self.apply_on,
         }
 
     @property
@@ -643,6 +651,15 @@ class Settings(_RedactedRepr):
         from applier.codecs import decodes_on_workers
 
         return decodes_on_workers(self.source.protocol)
+
+    def applies_on_executors(self) -> bool:
+        """Whether the apply streams write their shares in Spark tasks (applier.streams.remote) rather than in
+        threads of the driver: ``target.apply_on``, where "auto" means yes on a cluster master (the driver then
+        does no per-row write work) and no on ``local[N]`` (the driver's threads share the machine's cores
+        without shipping the rows to another process). With one stream there is nothing to spread: no."""
+        if self.target.apply_streams <= 1 or self.target.apply_on == "driver":
+            return False
+        return self.target.apply_on == "executors" or not self.spark.is_local
 
     def stops_at_decode_error(self) -> bool:
         """Whether the first message that cannot be decoded stops the run: only when no policy anywhere says
@@ -1207,6 +1224,7 @@ class _Parser:
         if streams > MAX_APPLY_STREAMS:
             raise self.error("target.apply_streams", f"at most {MAX_APPLY_STREAMS} (each stream holds a target "
                              f"connection and a driver thread), got {streams}")
+        apply_on = self.choice(d, p, "apply_on", APPLY_ON, "auto")
         tls = self.target_tls(d, url)
         return TargetSettings(
             _url=url,
@@ -1222,6 +1240,7 @@ class _Parser:
             schema_evolution=evolution,
             load_data=load_data,
             apply_streams=streams,
+            apply_on=apply_on,
         )
 
     def target_tls(self, d: Mapping[str, Any], url: URL) -> dict[str, Any]:

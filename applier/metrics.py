@@ -35,7 +35,8 @@ BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 
 #: stage-timing names (applier.timing) -> the ``stage`` label: read is Spark's side of a micro-batch
 STAGES = {"on_batch": "read", "decode": "decode", "gate": "gate", "apply": "apply", "plan": "plan",
-          "write": "write", "progress": "progress", "commit": "commit", "process": "batch"}
+          "write": "write", "progress": "progress", "commit": "commit", "process": "batch",
+          "apply_remote": "apply_remote"}  # the apply streams' Spark job (applier.streams.remote)
 
 
 def tso_seconds(ts: int) -> float:

@@ -535,6 +535,26 @@ def router_for(settings: Settings) -> Router:
     return Router(settings.routes, default_schema=settings.target.schema)
 
 
+def applier_options(settings: Settings, router: Router) -> dict[str, Any]:
+    """The :class:`applier.apply.Applier` keywords a configuration decides (also :class:`BatchProcessor`'s): one
+    place for the driver's appliers and those the apply streams build in Spark tasks (applier.streams.remote), so
+    both write the same way."""
+    t = settings.target
+    return dict(batch_rows=t.batch_rows, on_unsupported_ddl=t.on_unsupported_ddl, shard_ddl=t.shard_ddl,
+                on_apply_error=t.on_apply_error, apply_error_policy=router.apply_error_policy,
+                write_mode=router.write_mode, ddl_scope=router.routed_by_rule, schema_evolution=t.schema_evolution)
+
+
+def remote_apply(spark, settings: Settings, store: ProgressStore) -> Any:
+    """The Spark side of the apply streams when ``[target] apply_on`` puts them on the executors (None: threads of
+    the driver); ``store`` must have claimed the writer epoch, which the tasks write under (invariant 13)."""
+    if not settings.applies_on_executors():
+        return None
+    from applier.streams.remote import RemoteApply, RemoteContext
+
+    return RemoteApply(spark, RemoteContext(settings, store.epoch))
+
+
 def starting_offsets(parts: list[tuple[str, int]], restart: dict[tuple[str, int], int], default: str) -> str:
     """The Kafka source's startingOffsets JSON: restart offsets where known, else earliest (-2) or latest (-1)."""
     fallback = -1 if default == "latest" and not restart else -2
@@ -853,17 +873,13 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     shutil.rmtree(spill_dir, ignore_errors=True)  # spilled runs of a previous process are rebuilt from Kafka
     router = router_for(settings)
     processor = BatchProcessor(
-        engine=engine, decoder=decoder_for(settings), route=router.route, ddl_scope=router.routed_by_rule,
+        engine=engine, decoder=decoder_for(settings), route=router.route,
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
         decode_error_policy=router.decode_error_policy, stops_at_decode_error=settings.stops_at_decode_error(),
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
-        batch_rows=settings.target.batch_rows, on_unsupported_ddl=settings.target.on_unsupported_ddl,
-        shard_ddl=settings.target.shard_ddl, on_apply_error=settings.target.on_apply_error,
-        apply_error_policy=router.apply_error_policy,
-        write_mode=router.write_mode,
-        guard=guard, timer=timer, dialect=dialect, until_ts=until_ts,
-        schema_evolution=settings.target.schema_evolution, max_skew_ms=settings.source.max_clock_skew_ms,
+        guard=guard, timer=timer, dialect=dialect, until_ts=until_ts, max_skew_ms=settings.source.max_clock_skew_ms,
         columnar=settings.pipeline.columnar, apply_streams=settings.target.apply_streams,
+        remote=remote_apply(spark, settings, store), **applier_options(settings, router),
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]  # when the Spark thread last listed the partitions

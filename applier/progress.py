@@ -300,10 +300,14 @@ class ProgressStore:
                 select(tables.c.source_schema, tables.c.source_table, tables.c.applied_ts)
                 .where(tables.c.pipeline == self.pipeline, tables.c.applied_ts > st.applied_ts)):
             st.table_floors[(schema, table)] = int(ts)
-        for n, ts in conn.execute(select(streams.c.stream, streams.c.applied_ts)
-                                  .where(streams.c.pipeline == self.pipeline)):
-            st.streams[int(n)] = int(ts)
+        st.streams = self.streams_applied(conn)
         return st
+
+    def streams_applied(self, conn: Connection) -> dict[int, int]:
+        """Each apply stream's applied ts (its row in applier_streams): what a stream committed, read by the
+        streams' Spark tasks to tell a share an earlier attempt committed (applier.streams.remote)."""
+        return {int(n): int(ts) for n, ts in conn.execute(
+            select(streams.c.stream, streams.c.applied_ts).where(streams.c.pipeline == self.pipeline))}
 
     def save(
         self,

@@ -27,8 +27,10 @@ How the guarantees hold:
   carries undecodable messages (they may block a whole partition, across tables) is applied by one transaction,
   the single-stream way, which is the degenerate case of the same progress model.
 
-On ``local[N]`` the streams are threads of the driver: the database's work runs in parallel, the Python parts
-share the interpreter lock.
+Where the shares are written (``[target] apply_on``): by default on ``local[N]`` the streams are threads of the
+driver (the database's work runs in parallel, the Python parts share the interpreter lock); on a cluster, or with
+``apply_on = "executors"``, each segment's shares are Spark tasks (:mod:`applier.streams.remote`), and the driver
+keeps the DDL barrier, the marker, serial releases and the coordinator.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from applier.events import DDL
 from applier.gate import Release
 from applier.progress import ProgressStore, TableProgress
 from applier.quarantine import UndecodableMessage
-from applier.streams.assign import StreamAssignment
+from applier.streams.assign import StreamAssignment, split_segment
 
 
 class StreamStore:
@@ -98,8 +100,16 @@ class StreamApplier:
     """``n`` appliers (one per stream, each with its own writer, caches and quarantine view) and a coordinator
     (the DDL, the marker, and releases that carry undecodable messages), made by ``make(store)``."""
 
-    def __init__(self, make: Callable[[Any], Applier], store: ProgressStore, assignment: StreamAssignment) -> None:
+    def __init__(self, make: Callable[[Any], Applier], store: ProgressStore, assignment: StreamAssignment,
+                 remote: Any = None) -> None:
+        """``remote``: a :class:`applier.streams.remote.RemoteApply` to write the shares in Spark tasks (None:
+        threads of the driver)."""
         self.store = store
+        self.remote = remote
+        # bumped whenever the streams must read the tables or the quarantine again (a DDL, a serial release): the
+        # executors' cached appliers are per generation (applier.streams.remote)
+        self.generation = 0
+        self._known: dict[int, int] | None = None  # each stream's applied ts as last committed (remote only)
         self.assignment = assignment
         self.coordinator = make(store)
         self.streams = [make(StreamStore(store, i)) for i in range(assignment.n)]
@@ -148,15 +158,11 @@ class StreamApplier:
         """Every stream writes its share of one segment (rows below the next DDL, or to the release's end), in
         parallel; returns once all have committed. A stream that fails leaves the others' commits in place (the
         table floors make the rerun exact) and its error is raised once they are all done."""
-        n = self.assignment.n
-        ev_parts: list[list] = [[] for _ in range(n)]
-        b_parts: list[list] = [[] for _ in range(n)]
-        of = self.assignment.stream_of
-        for e in events:
-            ev_parts[of(e.schema, e.table)].append(e)
-        for b in batches:
-            b_parts[of(b.shape.schema, b.shape.table)].append(b)
-        work = [(i, _Share(ev_parts[i], b_parts[i], ts, rel, self._lock)) for i in range(n) if ev_parts[i] or b_parts[i]]
+        parts = split_segment(events, batches, self.assignment.stream_of, self.assignment.n)
+        if self.remote is not None:
+            self._segment_remote(parts, ts, rel, stats)
+            return
+        work = [(i, _Share(ev, bs, ts, rel, self._lock)) for i, ev, bs in parts]
         if not work:
             return
         if len(work) == 1:
@@ -175,6 +181,39 @@ class StreamApplier:
         if failed:
             raise failed[0]
 
+    def _segment_remote(self, parts: list[tuple[int, list, list]], ts: int, rel: Release, stats: ApplyStats) -> None:
+        """:meth:`_segment` with the shares written in Spark tasks (one job, one task per stream with work). What
+        the tasks report is taken as the threads' results are: stats added, the lane's dropped copies counted, the
+        upstream tables they wrote told to the coordinator's shard guard, the first error raised once all ended."""
+        from applier.streams.remote import Share
+
+        if not parts:
+            return
+        if self._known is None:
+            with self.engine.connect() as conn:
+                self._known = self.store.streams_applied(conn)
+        shares = [Share(i, self.generation, ev, bs, ts, self._known.get(i)) for i, ev, bs in parts]
+        with self.timer.span("apply_remote"):
+            results = self.remote.run(shares)
+        committed = getattr(self.timer, "stream_applied", None)
+        failed: list[BaseException] = []
+        for r in sorted(results, key=lambda r: r.stream):
+            if r.error is not None:
+                failed.append(r.error)
+                continue
+            stats.add(r.stats)
+            rel.dropped_copies(r.dropped)
+            for schema, table in sorted(r.saw):
+                self.coordinator.shards.saw(schema, table)
+            self._known[r.stream] = ts
+            if r.stats.ddls:  # the stream made a table from the stream's schema: the others read the tables again
+                self.generation += 1
+            if committed is not None:
+                committed(r.stream, ts)
+        if failed:
+            self._known = None  # read again: a failed stream may or may not have committed
+            raise failed[0]
+
     def _run(self, i: int, share: _Share) -> ApplyStats | BaseException:
         try:
             return self.streams[i].apply(share)  # type: ignore[arg-type]
@@ -185,6 +224,7 @@ class StreamApplier:
         """The DDL once, by the coordinator, between two segments every stream has committed; then every stream
         reads the tables again (a DDL may have changed any of them)."""
         stats.add(self.coordinator.run_ddl(ddl, rel))
+        self.generation += 1
         for a in self.streams:
             a.forget_tables()
 
@@ -202,6 +242,7 @@ class StreamApplier:
         self.coordinator.aside.forget()
         stats = self.coordinator.apply(rel, undecodable=undecodable, batches=batches)
         self._marked = True
+        self.generation += 1
         for a in self.streams:
             a.aside.forget()
             a.forget_tables()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import Callable
 
 from applier.routing import Route
 
@@ -50,3 +51,17 @@ class StreamAssignment:
             target = self.route(schema, table)
             s = self._cache[key] = 0 if target is None else target_stream(target[0], target[1], self.n)
         return s
+
+
+def split_segment(events: list, batches: list, stream_of: Callable[[str, str], int],
+                  n: int) -> list[tuple[int, list, list]]:
+    """One segment's row changes per stream: (stream, its events in commit order, its lane batches) for every
+    stream that has any, in stream order. Both ways of running the streams (threads of the driver, Spark tasks)
+    split the same way."""
+    ev_parts: list[list] = [[] for _ in range(n)]
+    b_parts: list[list] = [[] for _ in range(n)]
+    for e in events:
+        ev_parts[stream_of(e.schema, e.table)].append(e)
+    for b in batches:
+        b_parts[stream_of(b.shape.schema, b.shape.table)].append(b)
+    return [(i, ev_parts[i], b_parts[i]) for i in range(n) if ev_parts[i] or b_parts[i]]
