@@ -1,0 +1,220 @@
+"""Apply streams written in Spark tasks (``[target] apply_on = "executors"``, applier/streams/remote.py) against
+real MariaDB and PostgreSQL, on the shared ``local[2]`` session (its Python workers are processes of their own, as
+on a cluster): the generated changefeed (DDL inside windows, replays) fed through ``BatchProcessor`` with four
+streams must leave exactly the expected tables and count each row change once; a task that fails stops the run
+with the error a driver thread gives, and the rerun resumes exactly; a retried task whose first attempt committed
+writes nothing; a held key blocks its later changes whichever worker writes them."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from sqlalchemy import func, select, text
+
+from applier import migrate
+from applier import progress as P
+from applier.codecs import get_decoder
+from applier.config import Settings, parse_config
+from applier.pipeline import applier_options, remote_apply, router_for
+from applier.processor import BatchProcessor
+from applier.progress import PipelineState, ProgressStore
+from applier.sinks import ApplyError
+from applier.devtools.verify import compare_tables
+from applier.events import RowChange
+from applier.streams.remote import RemoteContext, Share, ShareResult, apply_share
+from tests.e2e.helpers import target_url
+from tests.e2e.test_apply_streams import PARTS, STREAMS, TOPIC, _counts, _exact, _feed, _records, target  # noqa: F401
+
+pytestmark = pytest.mark.e2e
+
+
+def _settings(urls, which: str, name: str, schema: str, tmp_path, **target_keys) -> Settings:
+    return parse_config({
+        "pipeline": {"name": name, "checkpoint_dir": str(tmp_path / name)},
+        "source": {"bootstrap_servers": urls.kafka, "topics": [TOPIC], "protocol": "open"},
+        "target": {"url": target_url(urls, which), "apply_streams": STREAMS, "apply_on": "executors", **target_keys},
+        "route": [{"match": "shop.*", "schema": schema}],
+    })
+
+
+def _processor(engine, settings: Settings, spark, remote=None) -> tuple[BatchProcessor, PipelineState]:
+    """A run's processor, built from ``settings`` as applier.pipeline builds it, and the progress it resumed from."""
+    migrate.upgrade(engine)
+    store = ProgressStore(settings.pipeline.name, "open")
+    store.claim(engine)
+    with engine.connect() as c:
+        state = store.load(c)
+    router = router_for(settings)
+    remote = remote or remote_apply(spark, settings, store)
+    assert remote is not None, "apply_on = executors must put the streams in Spark tasks"
+    proc = BatchProcessor(engine=engine, decoder=get_decoder("open"), route=router.route, store=store, state=state,
+                          partitions=[(TOPIC, p) for p in range(PARTS)], columnar=True,
+                          apply_streams=settings.target.apply_streams, remote=remote,
+                          **applier_options(settings, router))
+    return proc, state
+
+
+def _which(engine) -> str:
+    return "mariadb" if engine.dialect.name in ("mysql", "mariadb") else "postgres"
+
+
+def _rows_match(tables: dict[str, int], wl) -> None:
+    assert {t: n for t, n in tables.items() if n} == {t: n for t, n in wl.row_changes.items() if t in tables and n}
+
+
+def test_four_streams_in_spark_tasks_apply_exactly(target, urls, spark, unique, tmp_path) -> None:
+    engine, schema, wl = target
+    settings = _settings(urls, _which(engine), f"exec-{unique}", schema, tmp_path)
+    proc, state = _processor(engine, settings, spark)
+    try:
+        _feed(proc, state, _records(wl))
+    finally:
+        proc.close()
+    tables = _exact(engine, schema, settings.pipeline.name, wl)
+    _rows_match(tables, wl)
+    sa = proc.applier
+    applied, rows, _, stream_ts = _counts(engine, settings.pipeline.name)
+    assert len(stream_ts) >= 2 and all(ts <= applied for ts in stream_ts.values())
+    assert sa.total.ddls >= 4  # type: ignore[union-attr] - the DDLs ran once, in the driver, as barriers
+    assert sa.total.rows == rows  # type: ignore[union-attr] - what the tasks reported is what they committed
+    assert all(a.total.rows == 0 for a in sa.streams)  # type: ignore[union-attr] - no driver thread wrote a row
+    assert sa.generation >= 4  # type: ignore[union-attr]
+
+
+def _refuse(engine, schema: str, table: str, where: str = "TRUE") -> None:
+    """Make the target refuse writes of ``table``'s rows matching ``where`` (a trigger): a task's failure that
+    is no fault of the applier's."""
+    with engine.begin() as c:
+        if _which(engine) == "mariadb":
+            for op in ("INSERT", "UPDATE"):
+                c.execute(text(f"CREATE TRIGGER `{schema}`.`refuse_{op.lower()}` BEFORE {op} ON `{schema}`.`{table}` "
+                               f"FOR EACH ROW BEGIN IF {where.replace('ROW.', 'NEW.')} THEN SIGNAL SQLSTATE '45000' "
+                               "SET MESSAGE_TEXT = 'forced failure'; END IF; END"))
+        else:
+            c.execute(text(f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN '
+                           f"IF {where.replace('ROW.', 'NEW.')} THEN RAISE EXCEPTION 'forced failure'; END IF; "
+                           "RETURN NEW; END $$"))
+            c.execute(text(f'CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON "{schema}"."{table}" FOR EACH ROW '
+                           f'EXECUTE FUNCTION "{schema}".refuse()'))
+
+
+def _allow(engine, schema: str, table: str) -> None:
+    with engine.begin() as c:
+        if _which(engine) == "mariadb":
+            for op in ("insert", "update"):
+                c.execute(text(f"DROP TRIGGER IF EXISTS `{schema}`.`refuse_{op}`"))
+        else:
+            c.execute(text(f'DROP TRIGGER IF EXISTS refuse ON "{schema}"."{table}"'))
+
+
+def test_a_failed_task_stops_the_run_like_a_thread_and_the_rerun_resumes_exactly(target, urls, spark, unique,
+                                                                                  tmp_path) -> None:
+    engine, schema, wl = target
+    records = _records(wl)
+    settings = _settings(urls, _which(engine), f"exec-fail-{unique}", schema, tmp_path)
+    proc, state = _processor(engine, settings, spark)
+    half = len(records) // 2
+    try:
+        _feed(proc, state, records[:half])
+        _refuse(engine, schema, "customers")
+        with pytest.raises(ApplyError, match="forced failure") as info:
+            _feed(proc, state, records[half:])
+    finally:
+        proc.close()
+    # the thread path's error as it is: its class, the table, the target's reason and the refused row
+    assert type(info.value) is ApplyError
+    assert "upstream table shop.customers" in str(info.value) and "The refused row: id=" in str(info.value)
+    assert settings.target_url().password not in str(info.value)
+    _, _, tables_before, _ = _counts(engine, settings.pipeline.name)
+    _allow(engine, schema, "customers")
+
+    again, resumed = _processor(engine, settings, spark)
+    assert resumed.table_floors, "the other streams committed past the marker"
+    try:
+        _feed(again, resumed, records)
+    finally:
+        again.close()
+    _rows_match(_exact(engine, schema, settings.pipeline.name, wl), wl)
+    assert again.gate.stats["duplicates_dropped"] > 0  # the committed streams' re-read rows
+
+
+class _CommittedThenLost:
+    """Every task as if its first attempt committed and then died before Spark got its result (an executor lost
+    after the commit): the first attempt runs, its result is dropped, Spark's retry runs the same share again
+    from its pickled form. Both attempts run here, in the driver's process, with the executors' code."""
+
+    def __init__(self, context) -> None:
+        self.context = context
+        self.skipped = 0
+
+    def run(self, shares: list[Share]) -> list[ShareResult]:
+        out = []
+        for share in shares:
+            first = apply_share(self.context, pickle.loads(pickle.dumps(share)))
+            assert first.error is None, first.error
+            retry = apply_share(self.context, pickle.loads(pickle.dumps(share)))
+            assert retry.error is None and retry.skipped and retry.stats.rows == 0
+            self.skipped += 1
+            out.append(retry)
+        return out
+
+
+def test_a_retried_task_whose_first_attempt_committed_writes_nothing(target, urls, spark, unique, tmp_path) -> None:
+    engine, schema, wl = target
+    settings = _settings(urls, _which(engine), f"exec-retry-{unique}", schema, tmp_path)
+    lost = _CommittedThenLost(None)
+    proc, state = _processor(engine, settings, spark, remote=lost)
+    lost.context = RemoteContext(settings, proc.applier.store.epoch)  # type: ignore[union-attr]
+    try:
+        _feed(proc, state, _records(wl))
+    finally:
+        proc.close()
+    assert lost.skipped > 10
+    _rows_match(_exact(engine, schema, settings.pipeline.name, wl), wl)  # each row change counted once
+
+
+def _victim(wl) -> int:
+    """An order whose row changes at least twice in the last quarter of the stream (after the ALTER of orders:
+    a DDL waits for a table's held changes): its first change there is refused, the later ones must be held
+    behind it. (Not a customer: their unique e-mail makes one held change refuse others' changes too.)"""
+    rows = [c for c in wl.changes if isinstance(c, RowChange)]
+    late: dict[int, int] = {}
+    for c in rows[int(len(rows) * 0.75):]:
+        if c.table == "orders":
+            k = (c.after or c.before)["id"]
+            late[k] = late.get(k, 0) + 1
+    key, n = max(late.items(), key=lambda kv: (kv[1], -kv[0]))
+    assert n >= 2, late
+    return key
+
+
+def test_a_held_key_blocks_its_later_changes_on_the_executors(target, urls, spark, unique, tmp_path) -> None:
+    engine, schema, wl = target
+    records = _records(wl)
+    settings = _settings(urls, _which(engine), f"exec-held-{unique}", schema, tmp_path, on_apply_error="quarantine")
+    victim = _victim(wl)
+    proc, state = _processor(engine, settings, spark)
+    part = len(records) * 2 // 3
+    try:
+        _feed(proc, state, records[:part])
+        _refuse(engine, schema, "orders", f"ROW.id = {victim}")
+        _feed(proc, state, records[part:])
+    finally:
+        proc.close()
+        _allow(engine, schema, "orders")
+    name = settings.pipeline.name
+    with engine.connect() as c:
+        kinds = dict(c.execute(select(P.quarantined_rows.c.kind, func.count())
+                               .where(P.quarantined_rows.c.pipeline == name)
+                               .group_by(P.quarantined_rows.c.kind)).all())
+        keys_held = set(c.execute(select(P.quarantined_rows.c.source_table, P.quarantined_rows.c.row_key)
+                                  .where(P.quarantined_rows.c.pipeline == name)).all())
+    assert kinds.get("refused") == 1, kinds
+    assert kinds.get("blocked", 0) >= 1, f"the victim's later changes were not held: {kinds}"
+    assert keys_held == {("orders", str(victim))} or len(keys_held) == 1, keys_held  # its key alone
+    # every other row is as upstream has it; the victim's row is as it was before its refused change
+    others = {t: {k: v for k, v in rows.items() if not (t == "orders" and k[0] == victim)}
+              for t, rows in wl.expected.items()}
+    diffs = compare_tables(engine, schema, others)
+    assert all(d.startswith(f"orders[{victim}]") for d in diffs), diffs
