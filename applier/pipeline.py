@@ -34,14 +34,14 @@ from applier.decode import (
     CHUNK_SCHEMA, KILLED, WorkerSpec, decode_arrow_batches, decode_isolated, find_killers, killed_reason,
     shared_schemas, warm_decoder, with_schemas, worker_crashed,
 )
-from applier.dialect import Dialect, dialect_for, target_engine
+from applier.dialect import Dialect, dialect_for
 from applier.events import DecodeError, KafkaMessage
 from applier.handoff import BatchHandoff
 from applier.kafka_security import KafkaSettingError, librdkafka_security, probe, refusal
 from applier.processor import BatchProcessor, BatchReport
 from applier.progress import PipelineState, ProgressStore
 from applier.report import ProgressLine
-from applier.routing import Router
+from applier.wiring import applier_options, make_engine, router_for, settle_load_data  # noqa: F401 (re-exported)
 from applier.session import close_session, reset_checkpoint, silence, spark_session
 from applier.timing import NO_TIMING, StageTimer
 
@@ -436,48 +436,6 @@ class RunResult:
     signal: int | None = None  # the SIGINT/SIGTERM/SIGHUP the run stopped on (after its current micro-batch)
 
 
-def make_engine(settings: Settings, *, load_data: bool = False) -> Engine:
-    """The target's engine. ``load_data``: its MySQL/MariaDB connections may answer the server's request for the
-    writer's own LOAD DATA file (:func:`applier.sinks.mysql_load.enable_local_infile`); only ``applier run``
-    asks for it, when ``[target] load_data`` is not "off" (then :func:`settle_load_data`)."""
-    engine = target_engine(settings.target, pool_pre_ping=True, pool_size=2, max_overflow=2)
-    if load_data and settings.target.uses_load_data:
-        from applier.sinks.mysql_load import enable_local_infile
-
-        enable_local_infile(engine)
-    return engine
-
-
-def settle_load_data(engine: Engine, settings: Settings) -> Engine:
-    """``[target] load_data`` at start, on an engine made with ``load_data=True``: asks the server once whether it
-    allows ``LOAD DATA LOCAL`` (``@@GLOBAL.local_infile``). Allowed: the engine as it is (upserts of
-    :data:`~applier.sinks.mysql_load.MIN_ROWS` rows or more go through it). Not allowed: "on" refuses to start,
-    naming the server setting; "auto" says so once and returns an engine without local_infile (executemany, as
-    with "off"), so a connection never offers the capability it will not use."""
-    if not settings.target.uses_load_data:
-        return engine
-    from applier.sinks.mysql_load import MIN_ROWS, server_allows_local_infile
-
-    with engine.connect() as conn:
-        allowed = server_allows_local_infile(conn)
-    if allowed:
-        log.info("[target] load_data = \"%s\": upserts of %d rows or more go through LOAD DATA LOCAL INFILE",
-                 settings.target.load_data, MIN_ROWS)
-        return engine
-    engine.dispose()
-    if settings.target.load_data == "on":
-        raise ConfigError(
-            "target.load_data", '"on" needs LOAD DATA LOCAL INFILE, which the target server does not allow (its '
-            "local_infile is OFF): run SET GLOBAL local_infile = 1 on it (and set local_infile = 1 under [mysqld] in "
-            'its configuration, so that a restart keeps it), or set load_data = "auto" (executemany while the '
-            'server does not allow it) or "off"')
-    log.warning('[target] load_data = "auto": the target server does not allow LOAD DATA LOCAL INFILE (its '
-                "local_infile is OFF), so upserts go through executemany; SET GLOBAL local_infile = 1 on the server "
-                '(and local_infile = 1 under [mysqld]) enables the faster path at the next start, load_data = "off" '
-                "silences this")
-    return make_engine(settings)
-
-
 def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
     """Every partition of every subscribed topic, asked of Kafka through the JVM client Spark already has,
     with the same kafka.* settings the source uses."""
@@ -528,21 +486,6 @@ def kafka_partitions(spark, settings: Settings) -> list[tuple[str, int]]:
 def decoder_for(settings: Settings) -> Decoder:
     """A new decoder for the source's protocol, with its ``[source.codec]`` options."""
     return get_decoder(settings.source.protocol, **dict(settings.source.codec))
-
-
-def router_for(settings: Settings) -> Router:
-    """The ``[[route]]`` rules with ``[target] schema`` as the default (build it once: it caches per table)."""
-    return Router(settings.routes, default_schema=settings.target.schema)
-
-
-def applier_options(settings: Settings, router: Router) -> dict[str, Any]:
-    """The :class:`applier.apply.Applier` keywords a configuration decides (also :class:`BatchProcessor`'s): one
-    place for the driver's appliers and those the apply streams build in Spark tasks (applier.streams.remote), so
-    both write the same way."""
-    t = settings.target
-    return dict(batch_rows=t.batch_rows, on_unsupported_ddl=t.on_unsupported_ddl, shard_ddl=t.shard_ddl,
-                on_apply_error=t.on_apply_error, apply_error_policy=router.apply_error_policy,
-                write_mode=router.write_mode, ddl_scope=router.routed_by_rule, schema_evolution=t.schema_evolution)
 
 
 def remote_apply(spark, settings: Settings, store: ProgressStore) -> Any:

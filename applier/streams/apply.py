@@ -39,32 +39,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
 
-from sqlalchemy.engine import Connection
-
 from applier.apply import Applier, ApplyStats
 from applier.columnar import apply as lane_apply
 from applier.events import DDL
 from applier.gate import Release
-from applier.progress import ProgressStore, TableProgress
+from applier.progress import ProgressStore
 from applier.quarantine import UndecodableMessage
 from applier.streams.assign import StreamAssignment, split_segment
-
-
-class StreamStore:
-    """A stream's view of the pipeline's :class:`ProgressStore`: ``save`` records the stream's own progress
-    (:meth:`ProgressStore.save_stream`); everything else (DDL history, quarantine, the writer check) is the
-    pipeline's store. The per-stream :class:`Applier` saves through it unchanged."""
-
-    def __init__(self, store: ProgressStore, stream: int) -> None:
-        self._store = store
-        self.stream = stream
-
-    def save(self, conn: Connection, *, applied_ts: int, checkpoints: Any,
-             table_progress: dict[tuple[str, str], TableProgress], batches: int = 0) -> None:
-        self._store.save_stream(conn, stream=self.stream, applied_ts=applied_ts, table_progress=table_progress)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+from applier.streams.remote import Share
+from applier.streams.store import StreamStore
 
 
 class _Share:
@@ -185,8 +168,6 @@ class StreamApplier:
         """:meth:`_segment` with the shares written in Spark tasks (one job, one task per stream with work). What
         the tasks report is taken as the threads' results are: stats added, the lane's dropped copies counted, the
         upstream tables they wrote told to the coordinator's shard guard, the first error raised once all ended."""
-        from applier.streams.remote import Share
-
         if not parts:
             return
         if self._known is None:

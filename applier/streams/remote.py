@@ -12,7 +12,7 @@ What a task needs travels inside it (Spark's task binary, never logged): a :clas
 :class:`Settings`, target password included, and the writer epoch the driver claimed) and the share (its events
 and the columnar lane's batches, whose Arrow record batches pickle as Arrow buffers). Each Python worker keeps one
 :class:`Applier` per stream (:class:`ApplierCache`), built from the settings as the driver builds its own
-(:func:`applier.pipeline.applier_options`), with a :class:`ProgressStore` that takes the driver's epoch as its
+(:func:`applier.wiring.applier_options`), with a :class:`ProgressStore` that takes the driver's epoch as its
 own instead of claiming (a claim would fence the driver): every task's transaction checks that epoch before it
 commits, so a run another one took over writes nothing from any executor (invariant 13).
 
@@ -207,7 +207,7 @@ def _engine(context: RemoteContext) -> "Engine":
     key = (context.pipeline, context.epoch)
     engine = _engines.get(key)
     if engine is None:
-        from applier.pipeline import make_engine, settle_load_data
+        from applier.wiring import make_engine, settle_load_data
 
         engine = _engines[key] = settle_load_data(make_engine(context.settings, load_data=True), context.settings)
     return engine
@@ -221,13 +221,13 @@ def _dispose(pipeline: str, epoch: int) -> None:
 
 def build_applier(context: RemoteContext, stream: int) -> "Applier":
     """Stream ``stream``'s applier in a Spark task: the driver's settings, router and policies
-    (:func:`applier.pipeline.applier_options`), the worker's engine, and a store that writes under the driver's
+    (:func:`applier.wiring.applier_options`), the worker's engine, and a store that writes under the driver's
     epoch without claiming it; no stage timer (the driver times the whole job)."""
     from applier.apply import Applier
     from applier.dialect import dialect_for
-    from applier.pipeline import applier_options, router_for
+    from applier.wiring import applier_options, router_for
     from applier.progress import ProgressStore
-    from applier.streams.apply import StreamStore
+    from applier.streams.store import StreamStore
     from applier.timing import NO_TIMING
 
     settings = context.settings

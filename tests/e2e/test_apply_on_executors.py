@@ -16,7 +16,8 @@ from applier import migrate
 from applier import progress as P
 from applier.codecs import get_decoder
 from applier.config import Settings, parse_config
-from applier.pipeline import applier_options, remote_apply, router_for
+from applier.pipeline import remote_apply
+from applier.wiring import applier_options, router_for
 from applier.processor import BatchProcessor
 from applier.progress import PipelineState, ProgressStore
 from applier.sinks import ApplyError
@@ -24,7 +25,7 @@ from applier.devtools.verify import compare_tables
 from applier.events import RowChange
 from applier.streams.remote import RemoteContext, Share, ShareResult, apply_share
 from tests.e2e.helpers import target_url
-from tests.e2e.test_apply_streams import PARTS, STREAMS, TOPIC, _counts, _exact, _feed, _records, target  # noqa: F401
+from tests.e2e.streams_feed import PARTS, STREAMS, TOPIC, counts, exact, feed, target, wl_records  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -68,13 +69,13 @@ def test_four_streams_in_spark_tasks_apply_exactly(target, urls, spark, unique, 
     settings = _settings(urls, _which(engine), f"exec-{unique}", schema, tmp_path)
     proc, state = _processor(engine, settings, spark)
     try:
-        _feed(proc, state, _records(wl))
+        feed(proc, state, wl_records(wl))
     finally:
         proc.close()
-    tables = _exact(engine, schema, settings.pipeline.name, wl)
+    tables = exact(engine, schema, settings.pipeline.name, wl)
     _rows_match(tables, wl)
     sa = proc.applier
-    applied, rows, _, stream_ts = _counts(engine, settings.pipeline.name)
+    applied, rows, _, stream_ts = counts(engine, settings.pipeline.name)
     assert len(stream_ts) >= 2 and all(ts <= applied for ts in stream_ts.values())
     assert sa.total.ddls >= 4  # type: ignore[union-attr] - the DDLs ran once, in the driver, as barriers
     assert sa.total.rows == rows  # type: ignore[union-attr] - what the tasks reported is what they committed
@@ -111,31 +112,31 @@ def _allow(engine, schema: str, table: str) -> None:
 def test_a_failed_task_stops_the_run_like_a_thread_and_the_rerun_resumes_exactly(target, urls, spark, unique,
                                                                                   tmp_path) -> None:
     engine, schema, wl = target
-    records = _records(wl)
+    records = wl_records(wl)
     settings = _settings(urls, _which(engine), f"exec-fail-{unique}", schema, tmp_path)
     proc, state = _processor(engine, settings, spark)
     half = len(records) // 2
     try:
-        _feed(proc, state, records[:half])
+        feed(proc, state, records[:half])
         _refuse(engine, schema, "customers")
         with pytest.raises(ApplyError, match="forced failure") as info:
-            _feed(proc, state, records[half:])
+            feed(proc, state, records[half:])
     finally:
         proc.close()
     # the thread path's error as it is: its class, the table, the target's reason and the refused row
     assert type(info.value) is ApplyError
     assert "upstream table shop.customers" in str(info.value) and "The refused row: id=" in str(info.value)
     assert settings.target_url().password not in str(info.value)
-    _, _, tables_before, _ = _counts(engine, settings.pipeline.name)
+    _, _, tables_before, _ = counts(engine, settings.pipeline.name)
     _allow(engine, schema, "customers")
 
     again, resumed = _processor(engine, settings, spark)
     assert resumed.table_floors, "the other streams committed past the marker"
     try:
-        _feed(again, resumed, records)
+        feed(again, resumed, records)
     finally:
         again.close()
-    _rows_match(_exact(engine, schema, settings.pipeline.name, wl), wl)
+    _rows_match(exact(engine, schema, settings.pipeline.name, wl), wl)
     assert again.gate.stats["duplicates_dropped"] > 0  # the committed streams' re-read rows
 
 
@@ -167,11 +168,11 @@ def test_a_retried_task_whose_first_attempt_committed_writes_nothing(target, url
     proc, state = _processor(engine, settings, spark, remote=lost)
     lost.context = RemoteContext(settings, proc.applier.store.epoch)  # type: ignore[union-attr]
     try:
-        _feed(proc, state, _records(wl))
+        feed(proc, state, wl_records(wl))
     finally:
         proc.close()
     assert lost.skipped > 10
-    _rows_match(_exact(engine, schema, settings.pipeline.name, wl), wl)  # each row change counted once
+    _rows_match(exact(engine, schema, settings.pipeline.name, wl), wl)  # each row change counted once
 
 
 def _victim(wl) -> int:
@@ -191,15 +192,15 @@ def _victim(wl) -> int:
 
 def test_a_held_key_blocks_its_later_changes_on_the_executors(target, urls, spark, unique, tmp_path) -> None:
     engine, schema, wl = target
-    records = _records(wl)
+    records = wl_records(wl)
     settings = _settings(urls, _which(engine), f"exec-held-{unique}", schema, tmp_path, on_apply_error="quarantine")
     victim = _victim(wl)
     proc, state = _processor(engine, settings, spark)
     part = len(records) * 2 // 3
     try:
-        _feed(proc, state, records[:part])
+        feed(proc, state, records[:part])
         _refuse(engine, schema, "orders", f"ROW.id = {victim}")
-        _feed(proc, state, records[part:])
+        feed(proc, state, records[part:])
     finally:
         proc.close()
         _allow(engine, schema, "orders")
