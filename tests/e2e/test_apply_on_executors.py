@@ -10,21 +10,23 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import create_engine, func, select, text
 
 from applier import migrate
 from applier import progress as P
 from applier.codecs import get_decoder
 from applier.config import Settings, parse_config
-from applier.pipeline import remote_apply
+from applier.pipeline import remote_apply, run
 from applier.wiring import applier_options, router_for
 from applier.processor import BatchProcessor
 from applier.progress import PipelineState, ProgressStore
 from applier.sinks import ApplyError
+from applier.timing import StageTimer
+from applier.devtools.changefeed import generate, produce
 from applier.devtools.verify import compare_tables
 from applier.events import RowChange
 from applier.streams.remote import RemoteContext, Share, ShareResult, apply_share
-from tests.e2e.helpers import target_url
+from tests.e2e.helpers import config, target_url
 from tests.e2e.streams_feed import PARTS, STREAMS, TOPIC, counts, exact, feed, target, wl_records  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -219,3 +221,44 @@ def test_a_held_key_blocks_its_later_changes_on_the_executors(target, urls, spar
               for t, rows in wl.expected.items()}
     diffs = compare_tables(engine, schema, others)
     assert all(d.startswith(f"orders[{victim}]") for d in diffs), diffs
+
+
+class _Stages(StageTimer):
+    """Which stages the run timed, and its counters."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, int] = {}
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.stages[stage] = self.stages.get(stage, 0) + 1
+
+    def count(self, what: str, n: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("which", ["mariadb", "postgres"])
+def test_a_run_through_kafka_writes_its_streams_in_spark_tasks(urls, spark, unique, drop_schema, tmp_path,
+                                                               which) -> None:
+    """``applier run``'s own wiring (applier.pipeline): Kafka, decoding on the workers, four streams written in
+    Spark tasks, the replica exact and each row change counted once."""
+    topic = f"e2e-apply-on-{which}-{unique}"
+    wl = generate("canal-json", partitions=3, txns=300, seed=5, replays=2)
+    produce(urls.kafka, topic, wl.messages, partitions=3)
+    schema = f"aoe_{unique}"
+    drop_schema((which, schema))
+    cfg = config(urls, which, "canal-json", topic, schema, tmp_path / "ckpt", max_offsets_per_trigger=400,
+                 decode_on="executors")
+    cfg["target"].update(apply_streams=STREAMS, apply_on="executors")
+    settings = parse_config(cfg)
+    timer = _Stages()
+    run(settings, until_caught_up=True, spark=spark, progress=False, timer=timer)
+    engine = create_engine(target_url(urls, which))
+    try:
+        assert compare_tables(engine, schema, wl.expected) == []
+        applied, rows, tables, stream_ts = counts(engine, settings.pipeline.name)
+        assert applied == wl.final_ts and rows == sum(tables.values())
+        _rows_match(tables, wl)
+        assert stream_ts and all(ts <= applied for ts in stream_ts.values())
+    finally:
+        engine.dispose()
+    assert timer.stages.get("apply_remote", 0) > 0, timer.stages  # the driver timed the tasks' job
