@@ -26,8 +26,9 @@ How the guarantees hold in tasks:
   whichever worker writes them.
 * **Exactly once under task retries.** Spark runs a failed task again; an attempt that committed and then died
   (its worker lost after the commit) must not be applied twice. Each task reads its stream's applied ts first:
-  :func:`already_committed` tells from it, the share's ts and what the driver knew before the job whether an
-  earlier attempt committed the share, and then the task writes nothing.
+  :func:`committed_upto` tells from it, the share's ts and what the driver knew before the job how much of the
+  share an earlier attempt committed (all of it: the task writes nothing; the rows before a table it made from
+  the stream's schema: the task writes the rest).
 * **Errors.** A task never raises into Spark (the operator would get a Py4J error around a Java trace): it
   returns the exception in its :class:`ShareResult`, and the driver raises the first one once every task ended,
   as the thread path does, with the class and message the thread path gives.
@@ -105,6 +106,20 @@ class Share:
     def dropped_copies(self, n: int) -> None:
         self.dropped += n
 
+    def after(self, ts: int) -> "Share":
+        """The share without its changes committed at or before ``ts`` (what an earlier attempt committed)."""
+        import pyarrow.compute as pc
+
+        from applier.columnar.rows import RowBatch
+
+        batches = []
+        for b in self.batches:
+            data = b.data.filter(pc.greater(b.data.column("_ts"), ts))
+            if data.num_rows:
+                batches.append(RowBatch(b.shape, data))
+        return Share(self.stream, self.generation, [e for e in self.events if e.commit_ts > ts], batches,
+                     self.applied_ts, self.known_ts)
+
     def tables(self) -> frozenset[tuple[str, str]]:
         """The upstream tables whose rows the share carries."""
         return frozenset({(e.schema, e.table) for e in self.events}
@@ -134,18 +149,28 @@ class RemoteTaskError(RuntimeError):
     picklable, or its message held the target's password): its class name and (masked) message."""
 
 
-def already_committed(row_ts: int | None, share_ts: int, known_ts: int | None) -> bool:
-    """Whether an earlier attempt of a task committed its share, from the stream's applied ts read now
-    (``row_ts``; None: no row), the share's ts and the stream's applied ts the driver knew before the job.
+def committed_upto(row_ts: int | None, share_ts: int, known_ts: int | None) -> int | None:
+    """The ts up to which earlier attempts of a task committed its share's changes, or None when they committed
+    nothing this can tell; from the stream's applied ts read now (``row_ts``; None: no row), the share's ts and the
+    stream's applied ts the driver knew before the job (``known_ts``).
 
     Only the stream's own commits move its row. When the driver knew it below the share's ts (or knew none), a row
-    at or past the share's ts was written by an attempt of this share: committed. When the driver already knew it
-    at or past the share's ts (a restart with another ``apply_streams``, whose old rows say nothing about the new
-    split's tables), the row cannot tell: the share is written (the writes are idempotent; skipping could lose
-    rows)."""
-    if row_ts is None or row_ts < share_ts:
-        return False
-    return known_ts is None or known_ts < share_ts
+    past what the driver knew was written by an attempt of this share: all of it (at or past the share's ts) or
+    the part before a table it made from the stream's schema (``[target] schema_evolution`` commits the rows before
+    such a DDL first). When the driver already knew it at or past the share's ts (a restart with another
+    ``apply_streams``, whose old rows say nothing about the new split's tables), the row cannot tell: None, and
+    the share is written whole (the writes are idempotent; skipping could lose rows)."""
+    if row_ts is None:
+        return None
+    if known_ts is not None and (known_ts >= share_ts or row_ts <= known_ts):
+        return None
+    return min(row_ts, share_ts)
+
+
+def already_committed(row_ts: int | None, share_ts: int, known_ts: int | None) -> bool:
+    """Whether an earlier attempt of a task committed its whole share (see :func:`committed_upto`)."""
+    done = committed_upto(row_ts, share_ts, known_ts)
+    return done is not None and done >= share_ts
 
 
 def cache_key(context: RemoteContext, share: Share) -> tuple[str, int, int, int]:
@@ -252,13 +277,15 @@ def apply_share(context: RemoteContext, share: Share, cache: ApplierCache = _CAC
         a.aside.forget()  # what another worker's applier of this stream held since: read again
         with a.engine.connect() as conn:
             row_ts = a.store.streams_applied(conn).get(share.stream)
-        if already_committed(row_ts, share.applied_ts, share.known_ts):
+        done = committed_upto(row_ts, share.applied_ts, share.known_ts)
+        if done is not None and done >= share.applied_ts:
             log.info("apply stream %d: its share up to ts %d was committed by an earlier attempt of the task",
                      share.stream, share.applied_ts)
             return ShareResult(share.stream, saw=share.tables(), skipped=True)
+        rest = share if done is None else share.after(done)  # an attempt committed the part before a made table
         a.shards.seen.clear()
-        stats = a.apply(share)
-        return ShareResult(share.stream, stats, share.dropped, frozenset(a.shards.seen))
+        stats = a.apply(rest)
+        return ShareResult(share.stream, stats, rest.dropped, frozenset(a.shards.seen) | share.tables() - rest.tables())
     except Exception as exc:  # noqa: BLE001 - returned: the driver raises it once every task ended
         return ShareResult(share.stream, error=portable_error(exc, _secrets(context)))
 

@@ -19,7 +19,8 @@ from applier.sinks import ApplyError
 from applier.streams.apply import StreamApplier
 from applier.streams.assign import StreamAssignment, split_segment
 from applier.streams.remote import (
-    ApplierCache, RemoteContext, RemoteTaskError, Share, ShareResult, already_committed, cache_key, portable_error,
+    ApplierCache, RemoteContext, RemoteTaskError, Share, ShareResult, already_committed, cache_key, committed_upto,
+    portable_error,
 )
 
 COLS = (Column("id", "bigint", nullable=False, key=True), Column("v", "varchar"))
@@ -92,6 +93,26 @@ def test_a_share_pickles_with_its_events_and_arrow_batches_and_reads_as_a_releas
 def test_a_retried_task_skips_only_a_share_an_earlier_attempt_committed(row_ts, share_ts, known_ts,
                                                                          committed) -> None:
     assert already_committed(row_ts, share_ts, known_ts) is committed
+
+
+@pytest.mark.parametrize("row_ts, known_ts, upto", [
+    (None, None, None), (40, 40, None),  # nothing committed
+    (70, 40, 70), (70, None, 70),  # the part before a table made from the stream's schema
+    (100, 40, 100), (120, 40, 100),  # all of it
+    (70, 150, None), (150, 150, None),  # the driver knew the row past the share already: cannot tell
+])
+def test_what_an_earlier_attempt_committed_of_a_share(row_ts, known_ts, upto) -> None:
+    assert committed_upto(row_ts, 100, known_ts) == upto
+
+
+def test_the_rest_of_a_share_after_what_an_attempt_committed() -> None:
+    share = Share(1, 0, [row("a", 5, 1), row("a", 7, 2), row("a", 9, 3)], [batch("a", 6), batch("a", 8)], 10,
+                  known_ts=4)
+    rest = share.after(7)
+    assert [e.commit_ts for e in rest.events] == [9]
+    assert [b.data.column("_ts").to_pylist() for b in rest.batches] == [[8]]
+    assert (rest.stream, rest.generation, rest.applied_ts, rest.known_ts) == (1, 0, 10, 4)
+    assert share.after(3).events == share.events and len(share.after(3).batches) == 2
 
 
 # ---- the executors' applier cache --------------------------------------------------------------------------
