@@ -262,3 +262,19 @@ def test_a_run_through_kafka_writes_its_streams_in_spark_tasks(urls, spark, uniq
     finally:
         engine.dispose()
     assert timer.stages.get("apply_remote", 0) > 0, timer.stages  # the driver timed the tasks' job
+
+
+def test_tables_made_from_the_stream_in_spark_tasks(target, urls, spark, unique, tmp_path) -> None:
+    """``schema_evolution = "evolve"`` with no CREATE or ALTER in the stream: the streams' tasks make the tables and
+    add the column (a DDL each, in the task's stream), and the other workers' appliers read them again."""
+    engine, schema, _ = target
+    wl = generate("open", partitions=PARTS, txns=300, seed=11, replays=2, omit_ddl=("CREATE", "ALTER"))
+    settings = _settings(urls, _which(engine), f"exec-evolve-{unique}", schema, tmp_path, schema_evolution="evolve")
+    proc, state = _processor(engine, settings, spark)
+    try:
+        feed(proc, state, wl_records(wl))
+    finally:
+        proc.close()
+    _rows_match(exact(engine, schema, settings.pipeline.name, wl), wl)
+    assert proc.applier.total.ddls >= 3  # type: ignore[union-attr] - made by the streams' tasks
+    assert proc.applier.coordinator.total.ddls == 0  # type: ignore[union-attr]
