@@ -250,10 +250,10 @@ def build_applier(context: RemoteContext, stream: int) -> "Applier":
     epoch without claiming it; no stage timer (the driver times the whole job)."""
     from applier.apply import Applier
     from applier.dialect import dialect_for
-    from applier.wiring import applier_options, router_for
     from applier.progress import ProgressStore
     from applier.streams.store import StreamStore
     from applier.timing import NO_TIMING
+    from applier.wiring import applier_options, router_for
 
     settings = context.settings
     engine = _engine(context)
