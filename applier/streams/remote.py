@@ -302,15 +302,21 @@ def _secrets(context: RemoteContext) -> list[str]:
 
 
 def portable_error(exc: BaseException, secrets: Iterable[str] = ()) -> BaseException:
-    """``exc`` as it can travel back to the driver: itself when it pickles and its message holds no secret
-    (the driver then raises exactly what a driver thread would), else a :class:`RemoteTaskError` with its class
-    name and its message, secrets masked."""
+    """``exc`` as it can travel back to the driver: itself when it pickles and its message holds no URL with a
+    secret as its password (the driver then raises exactly what a driver thread would: the transient-fault retry
+    and the apply-error policies see the same class), else a :class:`RemoteTaskError` with its class name and its
+    message, secrets masked.
+
+    Only the URL form (``:secret@``) counts as a leak: a bare substring test changed the class of ordinary errors
+    whenever the password also spelled a database or table name ("Table 'applier.x' doesn't exist" with the
+    password "applier"), and with it whether a transient fault was retried. A driver thread's error is not
+    searched for the password either."""
     text = str(exc)
     masked = text
     for secret in secrets:
         for form in sorted({secret, urllib.parse.quote(secret, safe="")}, key=len, reverse=True):
             if form:
-                masked = masked.replace(form, MASK)
+                masked = masked.replace(f":{form}@", f":{MASK}@")
     if masked == text:
         try:
             back = pickle.loads(pickle.dumps(exc))
