@@ -54,7 +54,7 @@ from sqlalchemy import Column, MetaData, Table, and_, bindparam, cast, delete, s
 from sqlalchemy.dialects.postgresql import JSONB, REAL, insert as pg_insert
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import NoSuchTableError
+from sqlalchemy.exc import IntegrityError, NoSuchTableError
 from sqlalchemy.types import NullType
 
 from psycopg import sql as psql
@@ -154,9 +154,19 @@ class PostgresSink(Sink):
         return conn.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}).first() is not None
 
     def prepare_schema(self, conn: Connection, schema: str) -> None:
-        if schema:
-            quoted = conn.dialect.identifier_preparer.quote_identifier(schema)
-            conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        """``CREATE SCHEMA IF NOT EXISTS``, safe against another transaction making the same schema at the same
+        time (two apply streams each making a table of a new schema): PostgreSQL's IF NOT EXISTS does not see an
+        uncommitted schema, waits for it and then fails on ``pg_namespace``'s unique index. In a savepoint, so that
+        this failure, once the other's schema is there, leaves the transaction usable."""
+        if not schema:
+            return
+        quoted = conn.dialect.identifier_preparer.quote_identifier(schema)
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        except IntegrityError:
+            if not self.schema_exists(conn, schema):
+                raise
 
     # ---- catalog types and value adaptation (see the module docstring) ----------------------------------
 

@@ -225,16 +225,22 @@ class _SawRecorder:
 # ---- the executor side --------------------------------------------------------------------------------------
 
 _engines: dict[tuple[str, int], "Engine"] = {}
+#: runs (pipeline, epoch) whose engines a worker keeps: a worker outlives runs (one Spark session applies several
+#: pipelines in tests and tools), and each engine holds pooled target connections
+ENGINES_KEPT = 4
 
 
 def _engine(context: RemoteContext) -> "Engine":
-    """This worker's engine for the run (pipeline, epoch), made as the driver makes its own."""
+    """This worker's engine for the run (pipeline, epoch), made as the driver makes its own; the pools of the
+    least recently made beyond :data:`ENGINES_KEPT` are closed (a later task of theirs opens new connections)."""
     key = (context.pipeline, context.epoch)
     engine = _engines.get(key)
     if engine is None:
         from applier.wiring import make_engine, settle_load_data
 
         engine = _engines[key] = settle_load_data(make_engine(context.settings, load_data=True), context.settings)
+        while len(_engines) > ENGINES_KEPT:
+            _engines.pop(next(iter(_engines))).dispose()
     return engine
 
 

@@ -204,3 +204,43 @@ def test_ungated_replay_of_a_unique_key_swap_applies_in_replace_mode(target, uni
         proc.process(msgs[lo:hi])
     from applier.devtools.verify import read_table
     assert read_table(engine, schema, "u") == {(1,): a_y, (2,): b_x}
+
+
+def test_two_transactions_making_the_same_schema_at_once_both_go_on(urls, unique, drop_schema) -> None:
+    """PostgreSQL's CREATE SCHEMA IF NOT EXISTS waits for another transaction's uncommitted schema and then fails
+    on pg_namespace's unique index: two apply streams each making a table of a new schema met it. The second
+    one's transaction must go on (and stay usable) once the first committed."""
+    import threading
+    import time
+
+    from applier.dialect import POSTGRES
+
+    engine = create_engine(target_url(urls, "postgres"))
+    schema = f"twice_{unique}"
+    drop_schema(("postgres", schema))
+    sink = POSTGRES.writer()
+    first_made = threading.Event()
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            first_made.wait(10)
+            with engine.begin() as c:
+                sink.prepare_schema(c, schema)  # waits for the first, then meets its committed schema
+                c.exec_driver_sql(f'CREATE TABLE "{schema}".b (id INT PRIMARY KEY)')
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
+            errors.append(exc)
+
+    t = threading.Thread(target=second)
+    t.start()
+    with engine.begin() as c:
+        sink.prepare_schema(c, schema)
+        c.exec_driver_sql(f'CREATE TABLE "{schema}".a (id INT PRIMARY KEY)')
+        first_made.set()
+        time.sleep(1.0)  # the second transaction is now waiting on this one's schema
+    t.join(30)
+    assert not errors, errors
+    with engine.connect() as c:
+        assert sorted(c.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = :s"), {"s": schema})
+                      .scalars()) == ["a", "b"]
+    engine.dispose()
