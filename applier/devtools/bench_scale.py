@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="messages per micro-batch: several batches, so reading and applying overlap (25k)")
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
     p.add_argument("--apply-streams", type=int, default=1, help="[target] apply_streams (parallel transactions)")
+    p.add_argument("--apply-on", choices=("auto", "driver", "executors"), default="auto",
+                   help="[target] apply_on: where the apply streams write (auto: the executors on the cluster)")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--executor-memory", default="512m", help="spark.executor.memory (each worker offers 1g)")
     p.add_argument("--decode-repeat", type=int, default=2,
@@ -607,7 +609,8 @@ def scale_settings(a: argparse.Namespace, wl: Workload, *, master: str, conf: Ma
         "pipeline": {"name": name, "checkpoint_dir": str(checkpoint), "buffer_memory_mb": a.buffer_mb,
                      "decode_on": "executors", "max_offsets_per_trigger": a.max_offsets_per_trigger},
         "source": {"bootstrap_servers": wl.kafka, "topics": [wl.topic], "protocol": a.protocol, "codec": wl.codec},
-        "target": {"url": wl.url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams},
+        "target": {"url": wl.url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams,
+                   "apply_on": a.apply_on},
         "spark": {"master": master, "conf": dict(conf)},
         "route": [{"match": f"{BENCH_SCHEMA}.*", "schema": schema}],
     }
