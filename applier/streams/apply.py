@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from applier.apply import Applier, ApplyStats
 from applier.columnar import apply as lane_apply
@@ -46,11 +46,11 @@ from applier.gate import Release
 from applier.progress import ProgressStore
 from applier.quarantine import UndecodableMessage
 from applier.streams.assign import StreamAssignment, split_segment
-from applier.streams.remote import Share
+from applier.streams.remote import Share, ShareView
 from applier.streams.store import StreamStore
 
 
-class _Share:
+class _Share(ShareView):
     """One stream's share of one segment of a release, in the shape :meth:`Applier.apply` takes a release:
     its events in commit order, its lane batches, the ts it is applied up to; the gate is moved by the
     :class:`StreamApplier` once every stream committed (``forget`` is nothing here)."""
@@ -63,15 +63,6 @@ class _Share:
         self.applied_ts = applied_ts
         self._parent = parent
         self._lock = lock
-
-    def __iter__(self) -> Iterator:
-        return iter(self.events)
-
-    def checkpoint(self) -> dict:
-        return {}  # a stream saves no restart offsets: the marker does
-
-    def forget(self) -> None:
-        pass
 
     def dropped_copies(self, n: int) -> None:
         if n:

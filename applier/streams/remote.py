@@ -78,8 +78,26 @@ class RemoteContext:
         return f"RemoteContext(pipeline={self.pipeline!r}, epoch={self.epoch})"
 
 
+class ShareView:
+    """What :meth:`Applier.apply` reads of a release, for a stream's share of one: its events in commit order;
+    no restart offsets (the marker saves them) and no gate to move (the :class:`StreamApplier` moves it once
+    every stream committed). Subclasses hold ``events``."""
+
+    __slots__ = ()
+    events: list
+
+    def __iter__(self) -> Iterator:
+        return iter(self.events)
+
+    def checkpoint(self) -> dict:
+        return {}
+
+    def forget(self) -> None:
+        pass
+
+
 @dataclass(repr=False)
-class Share:
+class Share(ShareView):
     """One stream's share of one segment, in the shape :meth:`Applier.apply` takes a release: its events in
     commit order, its lane batches, the ts it is applied up to. ``generation``: the driver's (see the module
     docstring); ``known_ts``: the stream's applied ts as the driver knew it before this job (None: no row yet).
@@ -93,15 +111,6 @@ class Share:
     applied_ts: int
     known_ts: int | None = None
     dropped: int = field(default=0, init=False)
-
-    def __iter__(self) -> Iterator:
-        return iter(self.events)
-
-    def checkpoint(self) -> dict:
-        return {}  # a stream saves no restart offsets: the marker does
-
-    def forget(self) -> None:
-        pass
 
     def dropped_copies(self, n: int) -> None:
         self.dropped += n
