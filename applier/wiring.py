@@ -22,6 +22,7 @@ def router_for(settings: Settings) -> Router:
     """The ``[[route]]`` rules with ``[target] schema`` as the default (build it once: it caches per table)."""
     return Router(settings.routes, default_schema=settings.target.schema)
 
+
 def applier_options(settings: Settings, router: Router) -> dict[str, Any]:
     """The :class:`applier.apply.Applier` keywords a configuration decides (also :class:`BatchProcessor`'s): one
     place for the driver's appliers and those the apply streams build in Spark tasks (applier.streams.remote), so
@@ -30,6 +31,7 @@ def applier_options(settings: Settings, router: Router) -> dict[str, Any]:
     return dict(batch_rows=t.batch_rows, on_unsupported_ddl=t.on_unsupported_ddl, shard_ddl=t.shard_ddl,
                 on_apply_error=t.on_apply_error, apply_error_policy=router.apply_error_policy,
                 write_mode=router.write_mode, ddl_scope=router.routed_by_rule, schema_evolution=t.schema_evolution)
+
 
 def make_engine(settings: Settings, *, load_data: bool = False) -> Engine:
     """The target's engine. ``load_data``: its MySQL/MariaDB connections may answer the server's request for the
@@ -41,6 +43,7 @@ def make_engine(settings: Settings, *, load_data: bool = False) -> Engine:
 
         enable_local_infile(engine)
     return engine
+
 
 def settle_load_data(engine: Engine, settings: Settings) -> Engine:
     """``[target] load_data`` at start, on an engine made with ``load_data=True``: asks the server once whether it
