@@ -505,7 +505,7 @@ class _Stage:
     seq: str
     loads: dict[tuple[str, ...], tuple[str, str]] = field(default_factory=dict)  # modes -> load statement
     merge: str = ""
-    create: str = ""  # its CREATE TEMPORARY TABLE statement
+    creates: dict[str | None, str] = field(default_factory=dict)  # engine (None: the default) -> CREATE statement
     exists: bool = False  # created on this connection and not dropped since
 
 
@@ -604,10 +604,10 @@ class LoadDataUpserter:
                  warnings, f" (first: {' '.join(map(str, first))[:300]})" if first else "", MAX_SKIP)
 
     def _stage(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...]) -> _Stage:
-        """The connection's staging table for this table shape and column set, created when missing (``CREATE
+        """The connection's staging table for this table shape and column set, created for this chunk (``CREATE
         TEMPORARY TABLE ... SELECT cols FROM target LIMIT 0``: the target's column types, charsets and
-        nullability, plus an AUTO_INCREMENT key that keeps the file's row order; it does not commit). A
-        re-read table (after a DDL) gets a new one."""
+        nullability, plus an AUTO_INCREMENT key that keeps the file's row order; it does not commit) after
+        dropping one a rolled-back chunk left. A re-read table (after a DDL) gets a new name and statements."""
         info = conn.connection.info
         stages: dict[tuple[str, str, tuple[str, ...]], _Stage] = info.setdefault(STAGES_KEY, {})
         key = (meta.schema, meta.name, cols)
@@ -615,7 +615,8 @@ class LoadDataUpserter:
         prep = conn.dialect.identifier_preparer
         if stage is not None and stage.meta is not meta:  # the table changed since: a new stage of its new shape
             stages.pop(key)
-            self._clear(conn, stage)
+            if stage.exists:
+                self._clear(conn, stage)
             stage = None
         if stage is None:
             seq = SEQ
@@ -636,11 +637,12 @@ class LoadDataUpserter:
         """Create the (dropped) stage, in the dialect's engine unless this connection's server refused it."""
         info = conn.connection.info
         engine = None if info.get(ENGINE_REFUSED_KEY) else self.stage_engine
-        if not stage.create or (engine is None) != (" ENGINE=" in stage.create):
-            stage.create = create_statement(conn.dialect.identifier_preparer, stage.meta, stage.name, stage.seq,
-                                            cols, engine)
+        create = stage.creates.get(engine)
+        if create is None:
+            create = stage.creates[engine] = create_statement(conn.dialect.identifier_preparer, stage.meta,
+                                                              stage.name, stage.seq, cols, engine)
         try:
-            conn.exec_driver_sql(stage.create)
+            conn.exec_driver_sql(create)
         except DBAPIError as exc:
             if engine is None or self.transient(exc):
                 raise

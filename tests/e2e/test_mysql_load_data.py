@@ -590,3 +590,22 @@ def test_a_server_request_for_another_file_is_refused(engines, schema, tmp_path,
     assert isinstance(info.value.orig, L.LocalFileRefused)
     with plain.connect() as c:
         assert c.exec_driver_sql(f"SELECT id, v FROM `{schema}`.t").all() == [(2, "mine")]
+
+
+def test_a_stage_engine_the_server_refuses_falls_back_to_its_default_once(engines, schema, caplog) -> None:
+    plain, fast = engines
+    with plain.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(8))")
+    sink = MARIADB.writer()
+    sink.load_data.min_rows = 1
+    sink.load_data.stage_engine = "NoSuchEngine"
+    with caplog.at_level(logging.WARNING), fast.connect() as c:
+        for part in range(2):
+            with c.begin():
+                sink.begin(c)
+                meta = sink.table(c, schema, "t")
+                sink.upsert_rows(c, meta, ("id", "v"), [{"id": i, "v": str(part)} for i in range(20)])
+    assert sink.load_data.stats.loaded_chunks == 2
+    assert sum("ENGINE=NoSuchEngine" in r.getMessage() for r in caplog.records) == 1
+    with plain.connect() as c:
+        assert c.exec_driver_sql(f"SELECT COUNT(*), MIN(v) FROM `{schema}`.t").one() == (20, "1")
