@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dup-fraction", type=float, default=0.005, help="row changes sent twice by TiCDC restarts")
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
     p.add_argument("--apply-streams", type=int, default=1, help="[target] apply_streams (parallel transactions)")
+    p.add_argument("--apply-on", choices=("auto", "driver", "executors"), default="auto",
+                   help="[target] apply_on: where the apply streams write (auto: Spark tasks on a cluster)")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--decode-on", choices=("auto", "executors", "driver"), default="auto",
                    help="[pipeline] decode_on: where Kafka records are decoded")
@@ -141,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="live runs at each rate (e.g. 5k,10k,20k,30k) up to the first whose p99 >= 2 s; "
                            "reports the highest rate under 2 s")
     live.add_argument("--repeat", type=int, default=1, help="live runs per rate (same Spark session)")
+    live.add_argument("--cluster-workers", type=int, default=0, metavar="K",
+                      help="live: run on a loopback Spark standalone cluster of K one-core workers "
+                           "(applier.devtools.cluster) instead of local[--cores]")
     live.add_argument("--trigger-interval", default=None, metavar="TEXT",
                       help='[pipeline] trigger_interval for live runs (default: the product default, "500 ms")')
     live.add_argument("--no-verify", dest="verify", action="store_false",
@@ -171,6 +176,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--dup-fraction must be in [0, 1)")
     if a.whole_process and (a.profile or a.live or a.sweep or a.startup or a.micro_batch):
         p.error("--whole-process is a catch-up run of a child process: not with --profile or the live modes")
+    if a.cluster_workers and not (a.live or a.sweep):
+        p.error("--cluster-workers is for live runs (--live or --sweep); bench_scale measures catch-up on a cluster")
+    if a.cluster_workers < 0:
+        p.error("--cluster-workers must be 0 (local[--cores]) or more")
     _check_producer(p, a)
     return a
 
@@ -583,7 +592,8 @@ def applier_config(a: argparse.Namespace, *, name: str, ckpt: Path, kafka: str, 
                      "buffer_memory_mb": a.buffer_mb, "decode_on": a.decode_on,
                      **({} if getattr(a, "columnar", None) is None else {"columnar": a.columnar})},
         "source": {"bootstrap_servers": kafka, "topics": [topic], "protocol": a.protocol},
-        "target": {"url": url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams},
+        "target": {"url": url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams,
+                   "apply_on": a.apply_on},
         "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
         "route": [{"match": f"{source_schema}.*", "schema": schema}],
     }
@@ -662,7 +672,8 @@ SERVICE_URL_ENV = {"mariadb": "APPLIER_MARIADB_URL", "postgres": "APPLIER_PG_URL
 BENCH_TUNING = (("pipeline", "max_offsets_per_trigger", "max_offsets_per_trigger"),
                 ("pipeline", "buffer_memory_mb", "buffer_mb"), ("pipeline", "decode_on", "decode_on"),
                 ("pipeline", "columnar", "columnar"),
-                ("target", "batch_rows", "batch_rows"), ("target", "apply_streams", "apply_streams"))
+                ("target", "batch_rows", "batch_rows"), ("target", "apply_streams", "apply_streams"),
+                ("target", "apply_on", "apply_on"))
 STDERR_TAIL_LINES = 40
 _BATCH_LINE = re.compile(r"\bbatch \d+: \d+ messages, (\d+) rows, (\d+) DDL")
 _RUN_SUMMARY = re.compile(r"^pipeline \S+: (\d+) batch\(es\), (\d+) messages, (\d+) row changes, (\d+) DDL applied",

@@ -608,8 +608,9 @@ def bench_settings(a: argparse.Namespace, *, name: str, topic: str, url: str, ka
     cfg = {
         "pipeline": pipeline,
         "source": {"bootstrap_servers": kafka, "topics": [topic], "protocol": a.protocol},
-        "target": {"url": url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams},
-        "spark": {"master": f"local[{a.cores}]", "conf": a.spark_conf},
+        "target": {"url": url, "batch_rows": a.batch_rows, "apply_streams": a.apply_streams,
+                   "apply_on": a.apply_on},
+        "spark": {"master": getattr(a, "master", None) or f"local[{a.cores}]", "conf": a.spark_conf},
         "route": [{"match": f"{BENCH_SCHEMA}.*", "schema": schema}],
     }
     return parse_config(cfg, source="<bench-live>")
@@ -674,7 +675,9 @@ def run_live(a: argparse.Namespace, rate: int, spark, kafka: str, url: str) -> d
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=producer_main, args=(child, params), name="bench-live-producer", daemon=True)
-    out: dict[str, Any] = {"rate": rate, "topic": topic, "schema": schema, "trigger_interval": settings.pipeline.trigger_interval}
+    out: dict[str, Any] = {"rate": rate, "topic": topic, "schema": schema, "trigger_interval": settings.pipeline.trigger_interval,
+                           "master": settings.spark.master, "apply_streams": settings.target.apply_streams,
+                           "apply_on": settings.target.apply_on}
     stop_at: list[float] = []
     try:
         proc.start()
@@ -765,7 +768,8 @@ def format_live(r: dict[str, Any]) -> str:
     s, pr, ag = r["staleness_per_commit_s"], r["staleness_per_resolved_ts_s"], r["replica_age_before_commit_s"]
     f = (lambda x, spec=".3f": "n/a" if x is None else format(x, spec))
     lines = [
-        f"live {r['rate']:,} row changes/s, window {r['window_seconds']} s, trigger {r['trigger_interval']}"
+        f"live {r['rate']:,} row changes/s, window {r['window_seconds']} s, trigger {r['trigger_interval']}, "
+        f"master {r.get('master')}, apply_streams {r.get('apply_streams')} (apply_on {r.get('apply_on')})"
         + ("" if r.get("producer_kept_up", True) else
            f"  -- NOT MEASURED AT THIS RATE: the producer reached only {f(r['produce_rows_per_s'], ',.0f')}/s"),
         f"  staleness per commit (commit - resolved ts physical): p50 {f(s['p50'])}  p95 {f(s['p95'])}  "
@@ -794,6 +798,19 @@ def format_live(r: dict[str, Any]) -> str:
 
 
 def main_live(a: argparse.Namespace) -> int:
+    """Live runs on ``local[--cores]``, or with ``--cluster-workers K`` on a loopback standalone cluster started
+    (and stopped) here, the driver configured as :func:`applier.devtools.cluster.driver_conf` says."""
+    if not getattr(a, "cluster_workers", 0):
+        return _live_runs(a)
+    from applier.devtools.cluster import standalone_cluster
+
+    with standalone_cluster(a.cluster_workers, log=_log) as cluster:
+        a.master = cluster.url
+        a.spark_conf = cluster.driver_conf(extra=a.spark_conf)
+        return _live_runs(a)
+
+
+def _live_runs(a: argparse.Namespace) -> int:
     from applier.pipeline import spark_session
 
     kafka, url = service_urls(a.target)
@@ -973,7 +990,7 @@ def run_startup(a: argparse.Namespace) -> int:
     bare: list[dict[str, float]] = []
     base = Path(tempfile.gettempdir()) / "applier-bench" / run_id
     args = {k: getattr(a, k) for k in ("protocol", "cores", "buffer_mb", "decode_on", "batch_rows", "apply_streams",
-                                      "spark_conf")}
+                                      "apply_on", "spark_conf")}
     schemas = []
     try:
         for i in range(a.startup):

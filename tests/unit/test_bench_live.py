@@ -98,6 +98,24 @@ def test_live_arguments() -> None:
         parse_args(["--sweep", "0"])
 
 
+def test_live_settings_on_local_or_on_a_cluster(tmp_path) -> None:
+    """``--cluster-workers`` runs the live pipeline on the cluster main_live started (its URL in ``a.master``),
+    with the apply streams where ``--apply-on`` puts them; without it, on ``local[--cores]``."""
+    kw = dict(name="n", topic="t", url="postgresql+psycopg://u:p@127.0.0.1:1/d", kafka="127.0.0.1:9",
+              schema="s", checkpoint=tmp_path)
+    a = parse_args(["--live", "10k", "--apply-streams", "4", "--apply-on", "executors", "--cluster-workers", "2"])
+    assert a.cluster_workers == 2
+    local = L.bench_settings(a, **kw)
+    assert local.spark.master == "local[2]" and local.target.apply_on == "executors"
+    a.master = "spark://127.0.0.1:7077"
+    on_cluster = L.bench_settings(a, **kw)
+    assert on_cluster.spark.master == "spark://127.0.0.1:7077"
+    assert on_cluster.target.apply_streams == 4 and on_cluster.applies_on_executors()
+    assert parse_args(["--live", "10k"]).apply_on == "auto"
+    with pytest.raises(SystemExit):
+        parse_args(["--events", "1k", "--cluster-workers", "2"])  # catch-up on a cluster is bench_scale's
+
+
 def test_live_workload_paces_wall_clock_timestamps() -> None:
     now = [1_700_000_000_000]
     LiveWorkload = L._live_workload_class()
