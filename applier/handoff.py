@@ -77,6 +77,29 @@ class BatchHandoff(Generic[T]):
             self._cond.notify_all()
         self._thread.join()
 
+    def close_within(self, seconds: float, cancel: Callable[[], None]) -> bool:
+        """:meth:`close`, calling ``cancel`` once if the batch being applied is not done ``seconds`` after the call
+        (``cancel`` must make it end, e.g. by cancelling the Spark job it waits for); then it waits on. True when
+        ``cancel`` was called. For a run that is stopping: what the cancelled batch did not commit is read again
+        by the next run."""
+        fired = threading.Event()
+
+        def fire() -> None:
+            fired.set()
+            try:
+                cancel()
+            except Exception:  # noqa: BLE001 - a stopping run: the wait goes on, the error is only logged
+                log.warning("could not cancel the batch being applied", exc_info=True)
+
+        timer = threading.Timer(seconds, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            self.close()
+        finally:
+            timer.cancel()
+        return fired.is_set()
+
     def _loop(self) -> None:
         while True:
             with self._cond:

@@ -93,6 +93,10 @@ SMALL_BATCH_EVENTS = 4_000
 COALESCE_BELOW_EVENTS = 100_000
 # How often the Spark thread asks Kafka for new partitions of the subscribed topics.
 PARTITION_REFRESH_SECONDS = 30.0
+# A stopping run (a signal, --until-ts, an outside stop of its query, a failure) waits this long for the window
+# being written in Spark tasks (apply_on = "executors"), then cancels its job: the next run applies what it did
+# not commit. A run that ends because it caught up waits for its last window without a bound.
+STOP_APPLY_GRACE_SECONDS = 30.0
 
 
 class ReadBatch(NamedTuple):
@@ -815,6 +819,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     spill_dir = str(settings.pipeline.spill_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)  # spilled runs of a previous process are rebuilt from Kafka
     router = router_for(settings)
+    remote = remote_apply(spark, settings, store)
     processor = BatchProcessor(
         engine=engine, decoder=decoder_for(settings), route=router.route,
         store=store, state=state, partitions=parts, on_decode_error=settings.pipeline.on_decode_error,
@@ -822,7 +827,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         guard=guard, timer=timer, dialect=dialect, until_ts=until_ts, max_skew_ms=settings.source.max_clock_skew_ms,
         columnar=settings.pipeline.columnar, apply_streams=settings.target.apply_streams,
-        remote=remote_apply(spark, settings, store), **applier_options(settings, router),
+        remote=remote, **applier_options(settings, router),
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]  # when the Spark thread last listed the partitions
@@ -831,6 +836,9 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
     at_until_ts = threading.Event()  # the applied resolved ts reached until_ts: the query is being stopped
 
     log.info("decoding %s records in %s", settings.source.protocol, placement.describe())
+    if settings.target.apply_streams > 1:
+        log.info("applying in %d streams, %s", settings.target.apply_streams,
+                 "as Spark tasks on the executors" if remote is not None else "as threads of the driver")
 
     def apply_batch(item: ReadBatch) -> None:
         """Runs on the hand-off thread: the only thread that touches the processor and its gate."""
@@ -910,6 +918,20 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
             handoff.submit(ReadBatch(batch_id, on_executors, payload, new_parts))  # waits for the previous batch,
             # raises its error
 
+    cancelled_at_stop: list[bool] = []  # the window being written in Spark tasks was cancelled by a stopping run
+    interrupted: list[BaseException] = []  # the query failed or was interrupted (not a caught-up end)
+
+    def drain() -> None:
+        stopping = (not until_caught_up or STOP.requested or at_until_ts.is_set() or bool(source_lost)
+                    or bool(interrupted) or handoff.error is not None)
+        if remote is None or not stopping:
+            handoff.close()
+        elif handoff.close_within(STOP_APPLY_GRACE_SECONDS, remote.cancel) and not cancelled_at_stop:
+            cancelled_at_stop.append(True)
+            log.warning("the window being written in Spark tasks was not done %.0f s after the run began to stop: its "
+                        "job was cancelled; what its shares committed stays (each stream commits its rows with its "
+                        "progress) and the next run applies the rest", STOP_APPLY_GRACE_SECONDS)
+
     reader = spark.readStream.format("kafka")
     for k, v in settings.source.spark_options().items():
         reader = reader.option(k, v)
@@ -933,20 +955,22 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         try:
             while not query.awaitTermination(1):  # back in Python every second, so a signal is handled at once
                 pass
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
             query.stop()
         except Exception as exc:
+            interrupted.append(exc)
             if handoff.error is None and not at_until_ts.is_set() and not STOP.requested:
                 raise _query_failure(exc, source_lost, settings) from exc
         finally:
             forget_stop()
         with timer.span("drain"):
-            handoff.close()  # the last handed-over batch is applied before run() returns
+            drain()  # the last handed-over batch is applied before run() returns
     finally:
-        handoff.close()
+        drain()
         line.close()
         processor.close()
-    if handoff.error is not None:
+    if handoff.error is not None and not cancelled_at_stop:
         raise handoff.error from None
     if source_lost:
         raise source_lost[0]

@@ -40,6 +40,7 @@ import functools
 import logging
 import pickle
 import urllib.parse
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
@@ -346,14 +347,29 @@ def portable_error(exc: BaseException, secrets: Iterable[str] = ()) -> BaseExcep
 
 class RemoteApply:
     """Runs a segment's shares as one Spark job, one task per share, and returns every task's result once all
-    ended (a failed share's error is in its result: Spark sees only successful tasks)."""
+    ended (a failed share's error is in its result: Spark sees only successful tasks).
+
+    The jobs run in a job group of their own, so that :meth:`cancel` can end a wait that would otherwise last
+    for ever: a task whose launch message an executor could not read is never run and never reported lost,
+    and Spark waits for it without end (seen once on the loopback cluster, ``IllegalStateException: unread block
+    data`` in the executor, as a live run's query was being stopped). A cancelled job raises in :meth:`run`, and
+    Spark kills its tasks' Python workers: each share's transaction has either committed whole (with its stream's
+    progress) or is rolled back by the database when the connection drops, as after a crash between two streams'
+    commits."""
 
     def __init__(self, spark: Any, context: RemoteContext) -> None:
         self.spark = spark
         self.context = context
+        self.group = f"applier-apply-{uuid.uuid4().hex[:12]}"
 
     def run(self, shares: list[Share]) -> list[ShareResult]:
         if not shares:
             return []
-        rdd = self.spark.sparkContext.parallelize(shares, len(shares))
+        sc = self.spark.sparkContext
+        sc.setJobGroup(self.group, "applier: apply streams' shares", False)  # this thread's jobs from here on
+        rdd = sc.parallelize(shares, len(shares))
         return rdd.mapPartitions(functools.partial(run_shares, self.context)).collect()
+
+    def cancel(self) -> None:
+        """Cancel the shares' job being waited for, if any (from any thread): :meth:`run` raises."""
+        self.spark.sparkContext.cancelJobGroup(self.group)

@@ -29,8 +29,9 @@ def batches_done(engine, name: str) -> int:
         return 0
 
 
-def start(cfg_path: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "applier.cli", "run", "-c", str(cfg_path), "--until-caught-up"],
+def start(cfg_path: Path, log: Path, *options: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "applier.cli", *options, "run", "-c", str(cfg_path),
+                             "--until-caught-up"],
                             cwd=REPO, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -88,6 +89,7 @@ def test_sigkill_mid_stream_then_restart_converges(urls, unique, drop_schema, tm
 
 
 KILLS_WITH_STREAMS = 30
+KILLS_WITH_TASKS = 10  # per target (each restart starts Spark and its Python workers: about 15-30 s)
 
 
 @pytest.mark.parametrize("target", ["mariadb", "postgres"])
@@ -95,6 +97,19 @@ def test_thirty_sigkills_with_four_apply_streams_converge(urls, unique, drop_sch
     """Issue 26: ``[target] apply_streams = 4`` killed 30 times at random moments of its windows (between two
     streams' commits among them: each stream commits alone, the marker after them), restarted each time, must end
     exact with every row change counted once; the per-table floors are what makes the re-read windows exact."""
+    _kill_four_streams(urls, unique, drop_schema, tmp_path, target, "driver", KILLS_WITH_STREAMS)
+
+
+@pytest.mark.parametrize("target", ["mariadb", "postgres"])
+def test_sigkills_with_four_apply_streams_in_spark_tasks_converge(urls, unique, drop_schema, tmp_path,
+                                                                   target) -> None:
+    """The same with ``apply_on = "executors"``: the streams commit in Spark's Python workers, which the SIGKILL of
+    the process group kills at any point of their transactions, before or after their commit and before the
+    driver's marker."""
+    _kill_four_streams(urls, unique, drop_schema, tmp_path, target, "executors", KILLS_WITH_TASKS)
+
+
+def _kill_four_streams(urls, unique, drop_schema, tmp_path, target: str, apply_on: str, times: int) -> None:
     import random
 
     from applier.streams.assign import target_stream
@@ -111,6 +126,7 @@ def test_thirty_sigkills_with_four_apply_streams_converge(urls, unique, drop_sch
     cfg = config(urls, target, protocol, topic, schema, ckpt, max_offsets_per_trigger=25)
     cfg["pipeline"]["trigger_interval"] = "100 ms"
     cfg["target"]["apply_streams"] = 4
+    cfg["target"]["apply_on"] = apply_on
     cfg_path = tmp_path / "applier.toml"
     write_toml(cfg_path, cfg)
     name = cfg["pipeline"]["name"]
@@ -119,15 +135,15 @@ def test_thirty_sigkills_with_four_apply_streams_converge(urls, unique, drop_sch
     rng = random.Random(26)
     kills = 0
     try:
-        while kills < KILLS_WITH_STREAMS:
+        while kills < times:
             base = batches_done(engine, name)
-            proc = start(cfg_path, log)
+            proc = start(cfg_path, log, "--verbose")  # its log says where the streams run
             deadline = time.monotonic() + 180
             while batches_done(engine, name) <= base and proc.poll() is None:
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
                 time.sleep(0.02)
             time.sleep(rng.uniform(0.0, 1.2))  # anywhere in a window: before, between or after the streams' commits
-            assert proc.poll() is None, "the stream was drained before 30 kills; make it longer"
+            assert proc.poll() is None, f"the stream was drained before {times} kills; make it longer"
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
             proc.wait()
@@ -135,5 +151,7 @@ def test_thirty_sigkills_with_four_apply_streams_converge(urls, unique, drop_sch
         with engine.connect() as c:
             streams = c.execute(select(P.streams.c.stream).where(P.streams.c.pipeline == name)).scalars().all()
         assert len(streams) >= len(tables)  # every table's stream wrote
+        where = "as Spark tasks on the executors" if apply_on == "executors" else "as threads of the driver"
+        assert f"applying in 4 streams, {where}" in log.read_text()
     finally:
         engine.dispose()

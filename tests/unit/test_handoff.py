@@ -104,3 +104,42 @@ def test_one_worker_thread_runs_every_batch():
         h.submit(n)
     h.close()
     assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+def test_close_within_cancels_a_batch_that_outlives_the_bound_and_waits_for_it_to_end():
+    release = threading.Event()
+
+    def waits_for_its_job(_: int) -> None:  # like RemoteApply.run: the cancelled job raises
+        release.wait(30)
+        raise RuntimeError("job cancelled")
+
+    h: BatchHandoff[int] = BatchHandoff(waits_for_its_job)
+    h.submit(1)
+    cancelled = []
+    t = time.monotonic()
+    assert h.close_within(0.2, lambda: (cancelled.append(time.monotonic() - t), release.set())) is True
+    assert len(cancelled) == 1 and 0.15 < cancelled[0] < 5
+    assert isinstance(h.error, RuntimeError)  # the cancelled batch's error is the caller's to judge
+
+
+def test_close_within_leaves_a_batch_that_ends_in_time_alone():
+    done = []
+    h: BatchHandoff[int] = BatchHandoff(done.append)
+    h.submit(1)
+    cancelled = []
+    assert h.close_within(5.0, lambda: cancelled.append(True)) is False
+    time.sleep(0.05)
+    assert done == [1] and cancelled == [] and h.error is None
+
+
+def test_close_within_goes_on_waiting_when_cancel_itself_fails():
+    release = threading.Event()
+    h: BatchHandoff[int] = BatchHandoff(lambda _: release.wait(30))
+
+    def broken() -> None:
+        threading.Timer(0.1, release.set).start()
+        raise ValueError("Spark is gone")
+
+    h.submit(1)
+    assert h.close_within(0.1, broken) is True
+    assert release.is_set() and h.error is None
