@@ -9,6 +9,8 @@ nothing; and the tasks leave the same replica and progress as driver threads on 
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 
 import pytest
 from sqlalchemy import MetaData, Table, create_engine, func, select, text
@@ -368,9 +370,6 @@ def test_a_stopping_run_cancels_a_window_whose_tasks_never_end(urls, spark, uniq
     launch an executor could not read, which Spark then waits for without end) must still stop when its query is
     stopped: it waits ``STOP_APPLY_GRACE_SECONDS``, cancels the job and returns, and the next run applies that
     window exactly."""
-    import threading
-    import time
-
     import applier.pipeline as pipeline
     import applier.streams.remote as remote
 
