@@ -62,8 +62,10 @@ Example (every key; see ``conf/*.toml``)::
                                           # (auto: when the server allows local_infile; PostgreSQL: not used)
     apply_streams = 1                     # 1-16 parallel target transactions per window, split by table, one
                                           # consistent resolved ts (gated protocols; applier/streams)
-    apply_on = "auto"                     # auto | driver | executors: where the streams write (apply_streams > 1
-                                          # only; auto: executors on a cluster master, driver threads on local[N])
+    apply_on = "auto"                     # auto | driver | executors | one_transaction: how the streams write
+                                          # (apply_streams > 1 only; auto: executors on a cluster master; on
+                                          # local[N], driver threads, or one transaction for a target on this
+                                          # machine)
     schema = ""                           # default target schema for unrouted tables
 
     [metrics]                             # Prometheus endpoint of `applier run` (applier.metrics)
@@ -89,6 +91,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import os
 import re
 import time
@@ -243,9 +246,11 @@ _TARGET_KEYS = ("url", "password_env", "password_file", "batch_rows", "on_unsupp
                 "ssl_key", "apply_streams", "apply_on")
 #: ``[target] apply_streams``: at most this many (each holds a target connection and a thread of the driver)
 MAX_APPLY_STREAMS = 16
+#: ``[target] apply_on``: where and how the apply streams write their shares: threads of the driver ("driver"),
+#: Spark tasks ("executors", applier.streams.remote), or every share of a window in one transaction of the driver
+#: ("one_transaction"); see Settings.apply_form()
+APPLY_ON = ("auto", "driver", "executors", "one_transaction")
 #: ``[target] ssl_mode``: PostgreSQL's sslmode words, for every target (applier.dialect maps them per driver)
-#: ``[target] apply_on``: where the apply streams write their shares (applier.streams.remote)
-APPLY_ON = ("auto", "driver", "executors")
 SSL_MODES = ("disable", "require", "verify-ca", "verify-full")
 #: TLS settings a target URL's query may carry for its driver: set in the URL or in the [target] ssl_* keys, not both
 _URL_TLS_QUERY = frozenset({"sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "ssl", "ssl_ca", "ssl_cert",
@@ -544,6 +549,19 @@ class TargetSettings(_RedactedRepr):
         """``mysql``, ``mariadb`` or ``postgresql``."""
         return self._url.get_backend_name()
 
+    def on_this_machine(self) -> bool:
+        """Whether the target database runs on this machine: its URL's host (which the configuration requires) is
+        ``localhost`` or a loopback address (127.0.0.0/8, ::1). Read by ``apply_on = "auto"``: such a target
+        shares the cores Spark and the applier use, so parallel transactions have no database work of their own
+        to overlap (Settings.apply_form)."""
+        host = self._url.host or ""
+        if host.lower() == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host.strip("[]")).is_loopback
+        except ValueError:
+            return False
+
     def redacted(self) -> dict[str, Any]:
         return {
             "url": self.url_redacted,
@@ -657,9 +675,26 @@ class Settings(_RedactedRepr):
         threads of the driver: ``target.apply_on``, where "auto" means yes on a cluster master (the driver then
         does no per-row write work) and no on ``local[N]`` (the driver's threads share the machine's cores
         without shipping the rows to another process). With one stream there is nothing to spread: no."""
-        if self.target.apply_streams <= 1 or self.target.apply_on == "driver":
-            return False
-        return self.target.apply_on == "executors" or not self.spark.is_local
+        return self.apply_form() == "executors"
+
+    def apply_form(self) -> str:
+        """How the apply streams write (``target.apply_on``): "executors" (Spark tasks), "driver" (threads of the
+        driver) or "one_transaction" (every stream's share of a window in one transaction of the driver, each
+        stream's progress with it); "single" with one stream.
+
+        "auto": executors on a cluster master; on ``local[N]``, driver threads for a target on another machine
+        (they overlap its work and round trips) and one transaction for a target on this one, which shares the
+        cores Spark and the applier already fill: there, at the machine's limit, four threads applied fewer row
+        changes per second than N = 1 in three runs of four, and one transaction is N = 1's own transactions
+        (docs/benchmarks.md, round 10)."""
+        on = self.target.apply_on
+        if self.target.apply_streams <= 1:
+            return "single"
+        if on != "auto":
+            return on
+        if not self.spark.is_local:
+            return "executors"
+        return "one_transaction" if self.target.on_this_machine() else "driver"
 
     def stops_at_decode_error(self) -> bool:
         """Whether the first message that cannot be decoded stops the run: only when no policy anywhere says

@@ -97,6 +97,9 @@ PARTITION_REFRESH_SECONDS = 30.0
 # being written in Spark tasks (apply_on = "executors"), then cancels its job: the next run applies what it did
 # not commit. A run that ends because it caught up waits for its last window without a bound.
 STOP_APPLY_GRACE_SECONDS = 30.0
+#: how `applier run` says where its apply streams write (Settings.apply_form)
+_FORMS = {"executors": "as Spark tasks on the executors", "driver": "as threads of the driver",
+          "one_transaction": "in one transaction of the driver per window"}
 
 
 class ReadBatch(NamedTuple):
@@ -827,7 +830,8 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
         budget_bytes=settings.pipeline.buffer_memory_bytes, spill_dir=spill_dir,
         guard=guard, timer=timer, dialect=dialect, until_ts=until_ts, max_skew_ms=settings.source.max_clock_skew_ms,
         columnar=settings.pipeline.columnar, apply_streams=settings.target.apply_streams,
-        remote=remote, **applier_options(settings, router),
+        remote=remote, one_transaction=settings.apply_form() == "one_transaction",
+        **applier_options(settings, router),
     )
     line = ProgressLine(enabled=sys.stderr.isatty() if progress is None else progress)
     last_refresh = [time.monotonic()]  # when the Spark thread last listed the partitions
@@ -837,8 +841,7 @@ def _run(settings: Settings, spark, engine: Engine, dialect: Dialect, until_caug
 
     log.info("decoding %s records in %s", settings.source.protocol, placement.describe())
     if settings.target.apply_streams > 1:
-        log.info("applying in %d streams, %s", settings.target.apply_streams,
-                 "as Spark tasks on the executors" if remote is not None else "as threads of the driver")
+        log.info("applying in %d streams, %s", settings.target.apply_streams, _FORMS[settings.apply_form()])
 
     def apply_batch(item: ReadBatch) -> None:
         """Runs on the hand-off thread: the only thread that touches the processor and its gate."""

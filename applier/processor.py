@@ -58,12 +58,13 @@ class BatchProcessor:
                  timer: StageTimer = NO_TIMING, dialect: Dialect | None = None,
                  until_ts: int | None = None, schema_evolution: str = "none",
                  max_skew_ms: int | None = None, columnar: bool = False, apply_streams: int = 1,
-                 remote=None) -> None:
+                 remote=None, one_transaction: bool = False) -> None:
         """``state`` is where the run resumes: its ``applied_ts`` becomes the gate's (for a new pipeline with
         ``source.start_ts``, that TSO: :func:`applier.pipeline.seed_start_ts`). ``until_ts`` makes the gate release
         nothing committed after it (``applier run --until-ts``; gated protocols only). ``apply_streams`` above 1
         writes each release as that many parallel transactions (applier.streams; gated protocols only); ``remote`` (an
-        :class:`applier.streams.remote.RemoteApply`) writes them in Spark tasks rather than threads of the driver."""
+        :class:`applier.streams.remote.RemoteApply`) writes them in Spark tasks rather than threads of the driver;
+        ``one_transaction`` writes every stream's share of a release in one transaction (applier.streams.apply)."""
         self.timer = timer
         self.decoder = decoder
         self.max_skew_ms = max_skew_ms  # [source] max_clock_skew, for what the driver decodes (applier.clock)
@@ -95,7 +96,7 @@ class BatchProcessor:
                 raise ValueError("apply streams need a gated stream (the configuration refuses this: "
                                  "target.apply_streams)")
             self.applier: Applier | StreamApplier = StreamApplier(make, store, StreamAssignment(apply_streams, route),
-                                                                  remote)
+                                                                  remote, one_transaction=one_transaction)
         else:
             self.applier = make(store)
         self.batches = 0

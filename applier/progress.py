@@ -368,12 +368,30 @@ class ProgressStore:
                 f"pipeline {self.pipeline!r}: apply stream {stream} cannot save its progress: the pipeline has no row "
                 "in applier_pipelines yet. The marker (ProgressStore.save with table_progress={}) must be saved "
                 "first, before any stream's first transaction")
+        self._save_stream_row(conn, stream, applied_ts, rows_total, ts)
+        self._save_tables(conn, applied_ts, table_progress, ts)
+
+    def save_with_streams(self, conn: Connection, *, applied_ts: int,
+                          checkpoints: Mapping[tuple[str, int], PartitionCheckpoint],
+                          table_progress: Mapping[tuple[str, str], TableProgress], stream_rows: Mapping[int, int],
+                          batches: int = 0) -> None:
+        """:meth:`save` for a transaction that wrote several streams' shares at once (``[target] apply_on =
+        "one_transaction"``, or a release with undecodable messages): the marker, the tables, and each stream in
+        ``stream_rows`` (stream -> its rows in ``table_progress``) moved to ``applied_ts`` with its rows added, all
+        in the caller's transaction, as :meth:`save_stream` would have recorded the streams one by one."""
+        self.save(conn, applied_ts=applied_ts, checkpoints=checkpoints, table_progress=table_progress,
+                  batches=batches)
+        ts = now()
+        for stream in sorted(stream_rows):
+            self._save_stream_row(conn, stream, applied_ts, stream_rows[stream], ts)
+
+    def _save_stream_row(self, conn: Connection, stream: int, applied_ts: int, rows: int, ts: dt.datetime) -> None:
+        """One apply stream's row in applier_streams: its applied ts, its rows added."""
         where = and_(streams.c.pipeline == self.pipeline, streams.c.stream == stream)
         if conn.execute(update(streams).where(where).values(
-                applied_ts=applied_ts, rows_applied=streams.c.rows_applied + rows_total, updated_at=ts)).rowcount == 0:
+                applied_ts=applied_ts, rows_applied=streams.c.rows_applied + rows, updated_at=ts)).rowcount == 0:
             conn.execute(insert(streams).values(pipeline=self.pipeline, stream=stream, applied_ts=applied_ts,
-                                                rows_applied=rows_total, updated_at=ts))
-        self._save_tables(conn, applied_ts, table_progress, ts)
+                                                rows_applied=rows, updated_at=ts))
 
     def _save_tables(self, conn: Connection, applied_ts: int, table_progress: Mapping[tuple[str, str], TableProgress],
                      ts: dt.datetime) -> None:

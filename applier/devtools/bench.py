@@ -54,6 +54,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import datetime as dt
 
+from applier.config import APPLY_ON
 from applier.devtools.bench_merge import format_merge, merge_path_postgres, merge_ratios
 from applier.devtools.bench_parts import (StageClock, _count, check_workload_args, applied_resolved_ts, delete_topic, drop_schema,
                                          human_bytes, parse_rates, produce_stream, rate, ratio, safe_name,
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dup-fraction", type=float, default=0.005, help="row changes sent twice by TiCDC restarts")
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
     p.add_argument("--apply-streams", type=int, default=1, help="[target] apply_streams (parallel transactions)")
-    p.add_argument("--apply-on", choices=("auto", "driver", "executors"), default="auto",
+    p.add_argument("--apply-on", choices=APPLY_ON, default="auto",
                    help="[target] apply_on: where the apply streams write (auto: Spark tasks on a cluster)")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--decode-on", choices=("auto", "executors", "driver"), default="auto",

@@ -75,6 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from applier.config import APPLY_ON
 from applier.devtools.bench_parts import (StageClock, _count, check_workload_args, run_spawned, safe_name,
                                           system_cpu_ticks)
 from applier.devtools.bench_stream import BENCH_PROTOCOLS
@@ -122,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="messages per micro-batch: several batches, so reading and applying overlap (25k)")
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
     p.add_argument("--apply-streams", type=int, default=1, help="[target] apply_streams (parallel transactions)")
-    p.add_argument("--apply-on", choices=("auto", "driver", "executors"), default="auto",
+    p.add_argument("--apply-on", choices=APPLY_ON, default="auto",
                    help="[target] apply_on: where the apply streams write (auto: the executors on the cluster)")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--executor-memory", default="512m", help="spark.executor.memory (each worker offers 1g)")

@@ -30,7 +30,10 @@ How the guarantees hold:
 Where the shares are written (``[target] apply_on``): by default on ``local[N]`` the streams are threads of the
 driver (the database's work runs in parallel, the Python parts share the interpreter lock); on a cluster, or with
 ``apply_on = "executors"``, each segment's shares are Spark tasks (:mod:`applier.streams.remote`), and the driver
-keeps the DDL barrier, the marker, serial releases and the coordinator.
+keeps the DDL barrier, the marker, serial releases and the coordinator. With ``apply_on = "one_transaction"``
+(what "auto" picks on ``local[N]`` for a target on the same machine, whose cores the threads would only compete
+for) every release is written the single-stream way by the coordinator, in one transaction per DDL segment, and
+:class:`AllStreamsStore` moves each stream's progress in it: N = 1's transactions, the streams' identity kept.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from applier.progress import ProgressStore
 from applier.quarantine import UndecodableMessage
 from applier.streams.assign import StreamAssignment, split_segment
 from applier.streams.remote import Share, ShareView
-from applier.streams.store import StreamStore
+from applier.streams.store import AllStreamsStore, StreamStore
 
 
 class _Share(ShareView):
@@ -75,9 +78,11 @@ class StreamApplier:
     (the DDL, the marker, and releases that carry undecodable messages), made by ``make(store)``."""
 
     def __init__(self, make: Callable[[Any], Applier], store: ProgressStore, assignment: StreamAssignment,
-                 remote: Any = None) -> None:
+                 remote: Any = None, *, one_transaction: bool = False) -> None:
         """``remote``: a :class:`applier.streams.remote.RemoteApply` to write the shares in Spark tasks (None:
-        threads of the driver)."""
+        threads of the driver). ``one_transaction``: every stream's share of a release in one transaction of the
+        calling thread, with each stream's progress (``[target] apply_on = "one_transaction"``, what measures best
+        where the target shares the driver's cores; see :meth:`apply`)."""
         self.store = store
         self.remote = remote
         # bumped whenever the streams must read the tables or the quarantine again (a DDL, a serial release): the
@@ -85,14 +90,17 @@ class StreamApplier:
         self.generation = 0
         self._known: dict[int, int] | None = None  # each stream's applied ts as last committed (remote only)
         self.assignment = assignment
-        self.coordinator = make(store)
-        self.streams = [make(StreamStore(store, i)) for i in range(assignment.n)]
+        self.one_transaction = one_transaction and remote is None
+        # the coordinator's transactions (a DDL, a release written whole) move every stream they carry rows of
+        self.coordinator = make(AllStreamsStore(store, assignment.stream_of))
+        self.streams = [] if self.one_transaction else [make(StreamStore(store, i)) for i in range(assignment.n)]
         for a in self.streams:
             a.shards = self.coordinator.shards  # which shards wrote rows decides a shard DDL (coordinator's)
         self.engine = self.coordinator.engine
         self.timer = self.coordinator.timer
         self.total = ApplyStats()
-        self._pool = ThreadPoolExecutor(max_workers=assignment.n, thread_name_prefix="applier-stream")
+        self._pool = None if self.one_transaction else ThreadPoolExecutor(max_workers=assignment.n,
+                                                                          thread_name_prefix="applier-stream")
         self._lock = threading.Lock()
         self._marked = False  # the pipeline's row exists (a stream's save needs it)
 
@@ -106,11 +114,12 @@ class StreamApplier:
         return self.coordinator.sink
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def apply(self, rel: Release, *, undecodable: Iterable[UndecodableMessage] = (), batches: int = 1) -> ApplyStats:
         undecodable = list(undecodable)
-        if undecodable:
+        if undecodable or self.one_transaction:
             return self._serial(rel, undecodable, batches)
         stats = ApplyStats()
         if not self._marked:
@@ -209,14 +218,24 @@ class StreamApplier:
         self._marked = True
 
     def _serial(self, rel: Release, undecodable: list[UndecodableMessage], batches: int) -> ApplyStats:
-        """A release with undecodable messages, in one transaction (an undecodable message of an unknown table
-        holds its whole partition, across streams); the streams then reload what is held and the tables."""
-        self.coordinator.aside.forget()
+        """A release in one transaction of the coordinator (per DDL segment, as the single-stream path writes it),
+        each stream's progress with its rows (:class:`AllStreamsStore`): every release in the one-transaction
+        form, and a release with undecodable messages in the others (an undecodable message of an unknown table
+        holds its whole partition, across streams), after which the streams reload what is held and the tables."""
+        others = not self.one_transaction  # streams in threads or tasks may have held keys since
+        if others:
+            self.coordinator.aside.forget()
         stats = self.coordinator.apply(rel, undecodable=undecodable, batches=batches)
         self._marked = True
-        self.generation += 1
-        for a in self.streams:
-            a.aside.forget()
-            a.forget_tables()
+        if others:
+            self.generation += 1
+            self._known = None  # the streams' rows moved: read them again
+            for a in self.streams:
+                a.aside.forget()
+                a.forget_tables()
+        committed = getattr(self.timer, "stream_applied", None)
+        if committed is not None:
+            for i in range(self.assignment.n):  # every stream's changes up to the release's ts are committed
+                committed(i, rel.applied_ts)
         self.total.add(stats)
         return stats

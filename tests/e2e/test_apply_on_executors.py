@@ -4,7 +4,8 @@ on a cluster): the generated changefeed (DDL inside windows, replays) fed throug
 streams must leave exactly the expected tables and count each row change once; a task that fails stops the run
 with the error a driver thread gives, and the rerun resumes exactly; a retried task whose first attempt committed
 writes nothing; a held key blocks its later changes whichever worker writes them; a fenced run's tasks commit
-nothing; and the tasks leave the same replica and progress as driver threads on random changefeeds."""
+nothing; and the tasks leave the same replica and progress as driver threads and as the one-transaction form on
+random changefeeds."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def _processor(engine, settings: Settings, spark, remote=None) -> tuple[BatchPro
     proc = BatchProcessor(engine=engine, decoder=get_decoder("open"), route=router.route, store=store, state=state,
                           partitions=[(TOPIC, p) for p in range(PARTS)], columnar=True,
                           apply_streams=settings.target.apply_streams, remote=remote,
+                          one_transaction=settings.apply_form() == "one_transaction",
                           **applier_options(settings, router))
     return proc, state
 
@@ -197,10 +199,10 @@ def _victim(wl) -> int:
     return key
 
 
-@pytest.mark.parametrize("apply_on", ["executors", "driver"])
+@pytest.mark.parametrize("apply_on", ["executors", "driver", "one_transaction"])
 def test_a_held_key_blocks_its_later_changes_in_any_stream(target, urls, spark, unique, tmp_path, apply_on) -> None:
-    """``on_apply_error = "quarantine"`` with four streams, in Spark tasks and in driver threads: the refused row
-    is set aside by its own stream and every later change of its key is held behind it (invariant 12)."""
+    """``on_apply_error = "quarantine"`` with four streams, in Spark tasks, in driver threads and in one
+    transaction: the refused row is set aside and every later change of its key is held behind it (invariant 12)."""
     engine, schema, wl = target
     records = wl_records(wl)
     settings = _settings(urls, _which(engine), f"exec-held-{unique}", schema, tmp_path, on_apply_error="quarantine",
@@ -322,35 +324,39 @@ def test_a_fenced_run_writes_nothing_from_any_task(target, urls, spark, unique, 
     assert _snapshot(engine, schema, before[2]) == data
 
 
-def _twin_schemas(unique: str, tables) -> tuple[str, str]:
-    """Two schema names that put every table in the same one of STREAMS streams (the stream is a hash of the
-    target's name), spread over at least two streams: the two runs' per-stream progress can then be compared."""
+def _twin_schemas(unique: str, tables, n: int = 2) -> tuple[str, ...]:
+    """``n`` schema names that put every table in the same one of STREAMS streams (the stream is a hash of the
+    target's name), spread over at least two streams: the runs' per-stream progress can then be compared."""
     def assignment(s: str) -> tuple[int, ...]:
         return tuple(target_stream(s, t, STREAMS) for t in sorted(tables))
 
-    names = [f"tw{i}_{unique}" for i in range(400)]
-    for i, a in enumerate(names):
-        if len(set(assignment(a))) < 2:
+    alike: dict[tuple[int, ...], list[str]] = {}
+    for name in (f"tw{i}_{unique}" for i in range(2000)):
+        a = assignment(name)
+        if len(set(a)) < 2:
             continue
-        for b in names[i + 1:]:
-            if assignment(b) == assignment(a):
-                return a, b
-    raise AssertionError("no two schema names share a stream assignment")
+        alike.setdefault(a, []).append(name)
+        if len(alike[a]) == n:
+            return tuple(alike[a])
+    raise AssertionError(f"no {n} schema names share a stream assignment")
+
+
+FORMS = ("driver", "executors", "one_transaction")
 
 
 @pytest.mark.parametrize("seed, per_batch", [(3, 25), (7, 60), (19, 13)])
-def test_tasks_and_driver_threads_leave_the_same_replica_and_progress(target, urls, spark, unique, tmp_path,
-                                                                     drop_schema, seed, per_batch) -> None:
-    """The differential proof of the Spark-task path against the driver threads it sits beside: random changefeeds
-    (DDL inside windows, key changes, replays) in micro-batches of different sizes, four streams each way, must
-    leave the same tables, the same pipeline ts and counts, the same per-table counts and the same per-stream
-    applied ts."""
+def test_tasks_threads_and_one_transaction_leave_the_same_replica_and_progress(target, urls, spark, unique, tmp_path,
+                                                                              drop_schema, seed, per_batch) -> None:
+    """The differential proof of the three forms of the apply streams against each other (driver threads, Spark
+    tasks, every share in one transaction): random changefeeds (DDL inside windows, key changes, replays) in
+    micro-batches of different sizes, four streams each way, must leave the same tables, the same pipeline ts and
+    counts, the same per-table counts and the same per-stream applied ts."""
     engine, _, _ = target
     which = _which(engine)
     wl = generate("open", partitions=PARTS, txns=200, seed=seed, replays=3)
-    schemas = _twin_schemas(unique, wl.expected)
+    schemas = _twin_schemas(unique, wl.expected, len(FORMS))
     seen = []
-    for schema, apply_on in zip(schemas, ("driver", "executors")):
+    for schema, apply_on in zip(schemas, FORMS):
         drop_schema((which, schema))
         settings = _settings(urls, which, f"twin-{apply_on}-{seed}-{unique}", schema, tmp_path, apply_on=apply_on)
         proc, state = _processor(engine, settings, spark)
@@ -361,6 +367,7 @@ def test_tasks_and_driver_threads_leave_the_same_replica_and_progress(target, ur
         assert compare_tables(engine, schema, wl.expected) == []
         seen.append(counts(engine, settings.pipeline.name))
     assert seen[1] == seen[0]
+    assert seen[2] == seen[0]
     assert len(seen[0][3]) >= 2
 
 

@@ -90,6 +90,7 @@ def test_sigkill_mid_stream_then_restart_converges(urls, unique, drop_schema, tm
 
 KILLS_WITH_STREAMS = 30
 KILLS_WITH_TASKS = 10  # per target (each restart starts Spark and its Python workers: about 15-30 s)
+KILLS_IN_ONE_TRANSACTION = 6  # per target: N = 1's transaction with every stream's progress in it (12 min for 2 x 10 here)
 
 
 @pytest.mark.parametrize("target", ["mariadb", "postgres"])
@@ -107,6 +108,19 @@ def test_sigkills_with_four_apply_streams_in_spark_tasks_converge(urls, unique, 
     the process group kills at any point of their transactions, before or after their commit and before the
     driver's marker."""
     _kill_four_streams(urls, unique, drop_schema, tmp_path, target, "executors", KILLS_WITH_TASKS)
+
+
+@pytest.mark.parametrize("target", ["mariadb", "postgres"])
+def test_sigkills_with_four_apply_streams_in_one_transaction_converge(urls, unique, drop_schema, tmp_path,
+                                                                      target) -> None:
+    """The same with ``apply_on = "one_transaction"`` (what "auto" picks on local[N] for a target on this
+    machine): every stream's share and progress row, and the marker, commit together or not at all."""
+    _kill_four_streams(urls, unique, drop_schema, tmp_path, target, "one_transaction", KILLS_IN_ONE_TRANSACTION)
+
+
+#: what `applier run --verbose` logs for each form of the streams (applier.pipeline._FORMS)
+_LOGGED_FORM = {"executors": "as Spark tasks on the executors", "driver": "as threads of the driver",
+                "one_transaction": "in one transaction of the driver per window"}
 
 
 def _kill_four_streams(urls, unique, drop_schema, tmp_path, target: str, apply_on: str, times: int) -> None:
@@ -151,7 +165,6 @@ def _kill_four_streams(urls, unique, drop_schema, tmp_path, target: str, apply_o
         with engine.connect() as c:
             streams = c.execute(select(P.streams.c.stream).where(P.streams.c.pipeline == name)).scalars().all()
         assert len(streams) >= len(tables)  # every table's stream wrote
-        where = "as Spark tasks on the executors" if apply_on == "executors" else "as threads of the driver"
-        assert f"applying in 4 streams, {where}" in log.read_text()
+        assert f"applying in 4 streams, {_LOGGED_FORM[apply_on]}" in log.read_text()
     finally:
         engine.dispose()

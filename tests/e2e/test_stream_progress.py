@@ -15,6 +15,7 @@ from applier import migrate
 from applier import progress as P
 from applier.gate import PartitionCheckpoint
 from applier.progress import ProgressStore, TableProgress, WriterFenced
+from applier.streams.store import AllStreamsStore
 
 pytestmark = pytest.mark.e2e
 
@@ -95,6 +96,33 @@ def test_streams_then_the_marker_and_what_a_restart_loads(fresh_engine, store) -
     assert stored(e, "p") == {"pipeline": (200, 12), "streams": {0: (300, 9), 1: (200, 2)},
                               "tables": {"a": (300, 7), "b": (200, 2), "c": (300, 3)}}
     assert load(e, store).table_floors == {("up", "a"): 300, ("up", "c"): 300}
+
+
+def test_one_transaction_moves_the_marker_and_each_stream_it_wrote_rows_of(fresh_engine, store) -> None:
+    """The one-transaction form (AllStreamsStore): one save records the marker, the tables and every stream whose
+    tables it carries, each with its own rows, as the streams' own saves and the marker would have."""
+    e = fresh_engine
+    by_stream = {"a": 0, "b": 2, "c": 2}
+    all_streams = AllStreamsStore(store, lambda schema, table: by_stream[table])
+    with e.begin() as c:
+        all_streams.save(c, applied_ts=100, checkpoints=CP, table_progress={}, batches=1)  # nothing written yet
+    assert stored(e, "p") == {"pipeline": (100, 0), "streams": {}, "tables": {}}
+    with e.begin() as c:
+        all_streams.save(c, applied_ts=200, checkpoints=CP, batches=1,
+                         table_progress={("up", "a"): tp("a", 3), ("up", "b"): tp("b", 2), ("up", "c"): tp("c", 4)})
+    with e.begin() as c:
+        all_streams.save(c, applied_ts=300, checkpoints=CP, table_progress={("up", "c"): tp("c", 1)}, batches=1)
+    assert stored(e, "p") == {"pipeline": (300, 10), "streams": {0: (200, 3), 2: (300, 7)},
+                              "tables": {"a": (200, 3), "b": (200, 2), "c": (300, 5)}}
+    st = load(e, store)
+    assert (st.applied_ts, st.streams, st.table_floors, st.batches) == (300, {0: 200, 2: 300}, {}, 3)
+    newer = ProgressStore("p", "canal-json")
+    newer.claim(e)
+    before = stored(e, "p")
+    with pytest.raises(WriterFenced):
+        with e.begin() as c:
+            all_streams.save(c, applied_ts=400, checkpoints=CP, table_progress={("up", "a"): tp("a", 1)})
+    assert stored(e, "p") == before
 
 
 def test_a_fenced_store_saves_no_stream_progress(fresh_engine, store) -> None:

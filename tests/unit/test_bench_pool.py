@@ -308,7 +308,9 @@ def test_producer_main_reports_what_it_sent(monkeypatch: pytest.MonkeyPatch, pro
     assert (kind, done, r["producer"], r["t0"]) == ("started", "done", producer, t0)
     assert r["messages"] == len(fake.sent) and r["bytes"] == sum(len(v) for *_, v in fake.sent)
     events = decode((p, k, v) for _, p, k, v in fake.sent)
-    assert r["rows"] == sum(isinstance(e, RowChange) for _, e in events) >= 600
+    # (what it sent, not how fast: 2000/s for 0.3 s is 600 rows on a quiet machine, fewer when the encoding
+    # producer shares the cores with another run; the rate is the live bench's own check, producer_kept_up)
+    assert r["rows"] == sum(isinstance(e, RowChange) for _, e in events) > 0
     assert r["final_ts"] == r["resolved"][-1][0] == events[-1][1].ts
     assert r["cpu_us_per_row"] > 0 and set(r["expected"]) == set(r["table_names"])
     model = Model()

@@ -309,12 +309,45 @@ def test_apply_on_chooses_where_the_streams_write() -> None:
     assert settings(apply_on="executors").redacted()["target"]["apply_on"] == "executors"
 
 
+@pytest.mark.parametrize("url, here", [
+    ("postgresql+psycopg://u:p@db/replica", False),
+    ("postgresql+psycopg://u:p@10.0.0.7:5432/replica", False),
+    ("mysql+pymysql://u:p@replica.example.com/replica", False),
+    ("postgresql+psycopg://u:p@[2001:db8::1]:5432/replica", False),
+    ("postgresql+psycopg://u:p@127.0.0.1:15432/replica", True),
+    ("postgresql+psycopg://u:p@127.3.2.1/replica", True),
+    ("mysql+pymysql://u:p@localhost/replica", True),
+    ("mysql+pymysql://u:p@LocalHost:3306/replica", True),
+    ("postgresql+psycopg://u:p@[::1]:5432/replica", True),
+])
+def test_a_target_on_this_machine_is_told_by_its_host(url, here) -> None:
+    assert settings(url=url).target.on_this_machine() is here
+
+
+def test_auto_writes_one_transaction_for_a_target_on_this_machine_and_threads_for_another() -> None:
+    """``apply_on = "auto"`` (Settings.apply_form): executors on a cluster, wherever the target is; on local[N],
+    driver threads for a target on another machine, one transaction for one on this machine (it shares the cores
+    Spark and the applier use); an explicit form is kept; one stream is always the single path."""
+    here, there = "postgresql+psycopg://u:p@127.0.0.1/replica", "postgresql+psycopg://u:p@db/replica"
+    cluster = {"master": "spark://h:7077"}
+    assert settings(apply_streams=4, url=here).apply_form() == "one_transaction"
+    assert settings(apply_streams=4, url=there).apply_form() == "driver"
+    assert settings(apply_streams=4, url=here, _spark=cluster).apply_form() == "executors"
+    assert settings(apply_streams=4, url=there, _spark=cluster).apply_form() == "executors"
+    for form in ("driver", "executors", "one_transaction"):
+        assert settings(apply_streams=4, url=here, apply_on=form).apply_form() == form
+        assert settings(apply_streams=4, url=there, apply_on=form, _spark=cluster).apply_form() == form
+        assert settings(apply_streams=1, apply_on=form).apply_form() == "single"
+    assert not settings(apply_streams=4, url=here, apply_on="one_transaction", _spark=cluster).applies_on_executors()
+
+
 def test_a_bad_apply_on_names_the_key_and_the_choices() -> None:
     with pytest.raises(ConfigError) as info:
         settings(apply_streams=4, apply_on="executor")
     err = info.value
     assert err.key == "target.apply_on"
     assert "executors" in err.message and "driver" in err.message and "auto" in err.message
+    assert "one_transaction" in err.message
     with pytest.raises(ConfigError) as info:
         settings(apply_on=4)
     assert info.value.key == "target.apply_on"
