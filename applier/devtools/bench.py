@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
     p.add_argument("--apply-streams", type=int, default=1, help="[target] apply_streams (parallel transactions)")
     p.add_argument("--apply-on", choices=APPLY_ON, default="auto",
-                   help="[target] apply_on: where the apply streams write (auto: Spark tasks on a cluster)")
+                   help="[target] apply_on: how the apply streams write (auto: Spark tasks on a cluster; on local[N], "
+                        "one transaction for a target on this machine, else driver threads)")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--decode-on", choices=("auto", "executors", "driver"), default="auto",
                    help="[pipeline] decode_on: where Kafka records are decoded")

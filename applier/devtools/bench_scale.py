@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-rows", type=int, default=5000, help="[target] batch_rows")
     p.add_argument("--apply-streams", type=int, default=1, help="[target] apply_streams (parallel transactions)")
     p.add_argument("--apply-on", choices=APPLY_ON, default="auto",
-                   help="[target] apply_on: where the apply streams write (auto: the executors on the cluster)")
+                   help="[target] apply_on: how the apply streams write (auto: the executors on the cluster)")
     p.add_argument("--buffer-mb", type=int, default=512, help="[pipeline] buffer_memory_mb")
     p.add_argument("--executor-memory", default="512m", help="spark.executor.memory (each worker offers 1g)")
     p.add_argument("--decode-repeat", type=int, default=2,
