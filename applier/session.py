@@ -389,13 +389,21 @@ def drain_tasks(spark, timeout: float) -> bool:
     """Cancel the session's jobs and wait (up to ``timeout`` s) until no task runs on any executor; True if none
     does. A query that failed in one task (a refused Kafka login) leaves its job's other tasks being killed:
     stopping the context under them clears ``SparkEnv`` while they still read their broadcast, and each logs a
-    ``NullPointerException`` with its Java trace on stderr after the applier has already named the real cause."""
+    ``NullPointerException`` with its Java trace on stderr after the applier has already named the real cause.
+
+    Two counts must reach zero: the status tracker's (the listener bus: a task's end has been seen) and the task
+    scheduler's own (a killed task's final status update has been taken in). The tracker can show none running
+    while a killed task's update is still on its way to the scheduler; stopping then shuts the scheduler's result
+    pool first, and the late update is logged as ``Exception in statusUpdate`` with a
+    ``RejectedExecutionException`` trace (CI, stop 35)."""
     try:
         spark.sparkContext.cancelAllJobs()
-        tracker = spark.sparkContext._jsc.sc().statusTracker()
+        context = spark.sparkContext._jsc.sc()
+        tracker, scheduler = context.statusTracker(), context.taskScheduler()
         deadline = time.monotonic() + timeout
         while True:
-            if sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) == 0:
+            if (sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) == 0
+                    and _scheduled_tasks(scheduler) == 0):
                 return True
             if time.monotonic() >= deadline:
                 log.info("tasks still running %.0f s after their jobs were cancelled: stopping Spark under them",
@@ -404,6 +412,19 @@ def drain_tasks(spark, timeout: float) -> bool:
             time.sleep(0.05)
     except Exception:  # noqa: BLE001 - a context already stopped (or its gateway gone) has nothing to drain
         return True
+
+
+def _scheduled_tasks(scheduler) -> int:
+    """Tasks the task scheduler launched and has no final status update of yet, over all executors (0 when the
+    scheduler cannot say: a Spark without ``runningTasksByExecutors``; the status tracker's count still holds)."""
+    try:
+        values = scheduler.runningTasksByExecutors().valuesIterator()
+        total = 0
+        while values.hasNext():
+            total += values.next()
+        return total
+    except Exception:  # noqa: BLE001 - see above
+        return 0
 
 
 def _prune_archives(folder: Path) -> None:

@@ -326,11 +326,34 @@ class _Tracker:
         return [_Executor(self)]
 
 
-class _Spark:
-    """What drain_tasks reads of a session: cancelAllJobs and the executors' running-task counts."""
+class _Values:
+    def __init__(self, values):
+        self.values = list(values)
 
-    def __init__(self, running):
+    def hasNext(self):  # noqa: N802
+        return bool(self.values)
+
+    def next(self):
+        return self.values.pop(0)
+
+
+class _Scheduler:
+    """The task scheduler's running tasks per executor: one poll's map from ``scheduled``, then none."""
+
+    def __init__(self, scheduled):
+        self.scheduled = list(scheduled)
+
+    def runningTasksByExecutors(self):  # noqa: N802
+        counts = self.scheduled.pop(0) if self.scheduled else [0]
+        return type("M", (), {"valuesIterator": lambda _self: _Values(counts)})()
+
+
+class _Spark:
+    """What drain_tasks reads of a session: cancelAllJobs, the executors' running-task counts and the scheduler's."""
+
+    def __init__(self, running, scheduled=()):
         self.tracker = _Tracker(running)
+        self.scheduler = _Scheduler(scheduled)
         outer = self
 
         class _Sc:
@@ -340,7 +363,8 @@ class _Spark:
             class _jsc:  # noqa: N801
                 @staticmethod
                 def sc():
-                    return type("S", (), {"statusTracker": staticmethod(lambda: outer.tracker)})()
+                    return type("S", (), {"statusTracker": staticmethod(lambda: outer.tracker),
+                                          "taskScheduler": staticmethod(lambda: outer.scheduler)})()
 
         self.sparkContext = _Sc()
 
@@ -351,6 +375,16 @@ def test_the_session_stops_only_once_its_cancelled_tasks_have_ended():
     spark = _Spark([2, 1, 1, 0])
     assert drain_tasks(spark, 5.0) is True
     assert spark.tracker.cancelled == 1 and spark.tracker.running == []  # polled until no task ran
+
+
+def test_a_killed_tasks_update_still_on_its_way_to_the_scheduler_holds_the_stop():
+    """The status tracker shows none running while the scheduler still waits for a killed task's last update:
+    stopping then would log that update's RejectedExecutionException trace."""
+    from applier.session import drain_tasks
+
+    spark = _Spark([0] * 10, scheduled=[[0, 1], [1], [0, 0]])
+    assert drain_tasks(spark, 5.0) is True
+    assert spark.scheduler.scheduled == []  # polled until the scheduler's count was zero too
 
 
 def test_a_task_that_never_ends_bounds_the_drain():
