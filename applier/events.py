@@ -10,8 +10,8 @@ writers never parse protocol strings.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,9 @@ Event = RowChange | DDL | Resolved | TableSchema
 
 # Not frozen: a frozen dataclass's generated __init__ sets each field through object.__setattr__ (0.86 us per
 # record against 0.21, measured), and a record is made for every Kafka message. Nothing assigns to one; the hash is
-# still the fields' (unsafe_hash), as it was when frozen.
+# still the fields' (unsafe_hash), as it was when frozen. Only what the codecs read: a record's timestamp and
+# headers were fields once, read by nothing, and their defaults (a new dict per record for the headers) cost 30%
+# of its making (0.60 against 0.42 us, measured beside a decode run).
 @dataclass(slots=True, unsafe_hash=True)
 class KafkaMessage:
     """One raw Kafka record as Spark hands it over (key/value may be None). Treated as immutable."""
@@ -118,8 +120,6 @@ class KafkaMessage:
     offset: int
     key: bytes | None
     value: bytes | None
-    timestamp_ms: int | None = None
-    headers: Mapping[str, bytes] = field(default_factory=dict)
 
     @property
     def position(self) -> SourcePosition:

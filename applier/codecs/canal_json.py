@@ -524,12 +524,14 @@ class CanalJSONDecoder:
                     sql_types: dict, pk_names: list | None) -> tuple[_Shape, tuple[str, ...] | None]:
         """:meth:`_shape` for :meth:`decode_arrow`, with the shape's Arrow kinds (None: a column no kind of
         :mod:`applier.columnar.values` holds). A hit is matched like :meth:`_shape` matches, without comparing
-        the sqlType values' Python types: _LaneRow lets only integers (or null) through."""
+        the sqlType values' Python types: _LaneRow lets only integers (or null) through. The sqlType maps are
+        compared before the mysqlType maps: they cost less (integer values), and where two shapes of a table take
+        turns (the same mysqlType, one column's sqlType code differing), the wrong one is refused there."""
         recent = self._lane_recent.get((schema, table))
         if recent is not None:
             for hit in recent:
                 shape = hit[0]
-                if (shape.names == names and shape.mysql_types == mysql_types and shape.sql_types == sql_types
+                if (shape.names == names and shape.sql_types == sql_types and shape.mysql_types == mysql_types
                         and shape.pk_names == pk_names):
                     return hit
         shape = self._shape(schema, table, first, mysql_types, sql_types, pk_names)
