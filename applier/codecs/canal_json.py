@@ -60,6 +60,7 @@ import pyarrow as pa
 
 from applier import mysql_values as T
 from applier.codecs.base import Malformed, guarded_decode
+from applier.codecs.canal_maps import MapMatch
 from applier.codecs.largemsg import LargeMessages, UpstreamRow
 from applier.columnar import values as V
 from applier.columnar.rows import META_TYPES, OP_CODE, ArrowSlice, RowBatch, Shape, build_batch
@@ -151,20 +152,39 @@ class _LaneTiDB(msgspec.Struct):
     onlyHandleKey: Any = None
 
 
+_NULL = msgspec.Raw(b"null")
+
+
 class _LaneRow(msgspec.Struct, rename={"tidb": "_tidb"}):
     type: str
     tidb: _LaneTiDB
     data: _LaneImage
-    mysqlType: dict[str, str]
+    mysqlType: msgspec.Raw  # both maps as raw JSON: matched against known shapes by canal_maps.MapMatch
     database: Optional[str] = None
     table: Optional[str] = None
     isDdl: bool = False
-    sqlType: Optional[dict[str, Optional[_OrjsonInt]]] = None
+    sqlType: msgspec.Raw = _NULL  # (msgspec reads a Raw only on its own, not in an Optional)
     pkNames: Optional[list[str]] = None
     old: Optional[_LaneImage] = None
 
 
 _LANE_ENVELOPE = msgspec.json.Decoder(_LaneRow)
+# what the lane's maps must parse to when no known shape matches their text (what _LaneRow read them as before)
+_LANE_MYSQL_TYPES = msgspec.json.Decoder(dict[str, str])
+_LANE_SQL_TYPES = msgspec.json.Decoder(dict[str, Optional[_OrjsonInt]])
+_NO_SQL_TYPES = msgspec.Raw(b"{}")
+
+
+class _LaneHit:
+    """A shape :meth:`CanalJSONDecoder._lane_shape` found, with its Arrow kinds and its two maps' matchers."""
+
+    __slots__ = ("found", "mysql_types", "sql_types")
+
+    def __init__(self, shape: _Shape, kinds: tuple[str, ...] | None, mysql_text: msgspec.Raw,
+                 sql_text: msgspec.Raw) -> None:
+        self.found = (shape, kinds)
+        self.mysql_types = MapMatch(shape.mysql_types, mysql_text)
+        self.sql_types = MapMatch(shape.sql_types, sql_text)
 
 
 class _ColumnGroup:
@@ -283,7 +303,7 @@ class CanalJSONDecoder:
         self._recent: dict[tuple[str, str], list[_Shape]] = {}
         self._row_converters: dict[tuple, Callable[[Iterable[Any]], dict[str, Any]]] = {}
         # decode_arrow: (schema, table) -> its recent shapes with their Arrow kinds, newest first (see _lane_shape)
-        self._lane_recent: dict[tuple[str, str], list[tuple[_Shape, tuple[str, ...] | None]]] = {}
+        self._lane_recent: dict[tuple[str, str], list[_LaneHit]] = {}
 
     def table_of(self, msg: KafkaMessage) -> tuple[str, str] | None:
         """The table of an undecodable message: its ``database`` and ``table`` fields, when the JSON parses."""
@@ -437,7 +457,7 @@ class CanalJSONDecoder:
                     return None
                 data = m.data
                 n = len(data)
-                if not n or not m.mysqlType:
+                if not n:
                     return None
                 names = tuple(data[0])
                 if n > 1:
@@ -453,7 +473,7 @@ class CanalJSONDecoder:
                             return None
                 schema = m.database or ""
                 table = m.table or ""
-                shape, kinds = lane_shape(schema, table, data[0], names, m.mysqlType, m.sqlType or {}, m.pkNames)
+                shape, kinds = lane_shape(schema, table, data[0], names, m.mysqlType, m.sqlType, m.pkNames)
                 topic = msg.topic
                 at = placed.get((id(shape), topic))
                 if at is None or at[0] is not shape:  # (a shape's id is reused only after it was dropped)
@@ -520,26 +540,42 @@ class CanalJSONDecoder:
             return None
         return ArrowSlice(len(msgs), order, out, extras)
 
-    def _lane_shape(self, schema: str, table: str, first: dict, names: tuple[str, ...], mysql_types: dict,
-                    sql_types: dict, pk_names: list | None) -> tuple[_Shape, tuple[str, ...] | None]:
+    def _lane_shape(self, schema: str, table: str, first: dict, names: tuple[str, ...], mysql_text: msgspec.Raw,
+                    sql_text: msgspec.Raw, pk_names: list | None) -> tuple[_Shape, tuple[str, ...] | None]:
         """:meth:`_shape` for :meth:`decode_arrow`, with the shape's Arrow kinds (None: a column no kind of
-        :mod:`applier.columnar.values` holds). A hit is matched like :meth:`_shape` matches, without comparing
-        the sqlType values' Python types: _LaneRow lets only integers (or null) through. The sqlType maps are
-        compared before the mysqlType maps: they cost less (integer values), and where two shapes of a table take
-        turns (the same mysqlType, one column's sqlType code differing), the wrong one is refused there."""
+        :mod:`applier.columnar.values` holds), from the message's two maps as raw JSON. A recent shape of the table
+        is a hit when its names and keys are the message's and both maps' texts parse to its maps
+        (:class:`applier.codecs.canal_maps.MapMatch`: no dict is built). The shapes that already know the sqlType
+        text are tried first: where two shapes of a table take turns (the same mysqlType, one column's sqlType
+        code differing, TiCDC's unsigned promotion) that picks the right one without a failed parse, which costs
+        an exception. Otherwise both maps are parsed as _LaneRow read them before (a mysqlType map of strings, not
+        empty; sqlType null or a map of 64-bit integers or nulls; either raises, and the caller leaves the slice
+        to the record path) and :meth:`_shape` finds or makes the shape."""
+        if sql_text == _NULL:
+            sql_text = _NO_SQL_TYPES
         recent = self._lane_recent.get((schema, table))
         if recent is not None:
-            for hit in recent:
-                shape = hit[0]
-                if (shape.names == names and shape.sql_types == sql_types and shape.mysql_types == mysql_types
-                        and shape.pk_names == pk_names):
-                    return hit
+            for hit in recent:  # a sqlType text a shape knows (TiCDC writes it in one order): no parse but mysqlType's
+                shape = hit.found[0]
+                if (sql_text in hit.sql_types.texts and shape.names == names and shape.pk_names == pk_names
+                        and (mysql_text in hit.mysql_types.texts or hit.mysql_types.parses(mysql_text))):
+                    return hit.found
+            for hit in recent:  # a sqlType text new to every shape: the structs decide
+                shape = hit.found[0]
+                if (shape.names == names and shape.pk_names == pk_names and hit.sql_types.parses(sql_text)
+                        and hit.mysql_types(mysql_text)):
+                    return hit.found
+        mysql_types = _LANE_MYSQL_TYPES.decode(mysql_text)
+        if not mysql_types:
+            raise ValueError("no mysqlType map")  # the record path names it
+        sql_types = _LANE_SQL_TYPES.decode(sql_text)
         shape = self._shape(schema, table, first, mysql_types, sql_types, pk_names)
         if shape.convert is None:
-            hit = (shape, None)
+            kinds = None
         else:
             ks = tuple(V.kind_of(shape.convs[n]) for n in names)
-            hit = (shape, None if None in ks else ks)
+            kinds = None if None in ks else ks
+        hit = _LaneHit(shape, kinds, mysql_text, sql_text)
         if recent is None:
             if len(self._lane_recent) >= _SHAPE_CACHE_LIMIT:
                 self._lane_recent.clear()
@@ -547,7 +583,7 @@ class CanalJSONDecoder:
         else:
             recent.insert(0, hit)
             del recent[_SHAPES_PER_TABLE:]
-        return hit
+        return hit.found
 
     # -- large messages (applier.codecs.largemsg) ---------------------------------------------------------------
 

@@ -204,6 +204,78 @@ def test_raw_edits_are_refused_or_equal():
     assert taken and refused
 
 
+def _map_variants(value: bytes, rng: random.Random) -> list[bytes]:
+    """One row message with its mysqlType and sqlType maps written otherwise: what TiCDC does (its mysqlType comes
+    from a Go map, in a new order each message), what parses to the same maps, and what does not."""
+    obj = orjson.loads(value)
+    mysql, sql = obj["mysqlType"], obj["sqlType"]
+    col = next(iter(mysql))
+    other = {"bigint": "int", "int unsigned": "bigint unsigned"}.get(mysql[col], "bigint")
+
+    def with_maps(m, q, raw_m: bytes | None = None, raw_q: bytes | None = None) -> bytes:
+        o = dict(obj, mysqlType="@M", sqlType="@Q")
+        text = orjson.dumps(o)
+        text = text.replace(b'"@M"', raw_m if raw_m is not None else orjson.dumps(m))
+        return text.replace(b'"@Q"', raw_q if raw_q is not None else orjson.dumps(q))
+
+    def shuffled(d: dict) -> dict:
+        items = list(d.items())
+        rng.shuffle(items)
+        return dict(items)
+    dumped = orjson.dumps(mysql).decode()
+    out = [with_maps(shuffled(mysql), sql) for _ in range(3)] + [
+        with_maps(mysql, shuffled(sql)),
+        with_maps(mysql, sql, raw_m=b"{ " + orjson.dumps(mysql)[1:-1].replace(b",", b" , ") + b" }"),
+        with_maps(mysql, sql, raw_m=dumped.replace(  # a value's first letter escaped
+            f'"{col}":"{mysql[col]}"', f'"{col}":"\\u{ord(mysql[col][0]):04x}{mysql[col][1:]}"').encode()),
+        with_maps(mysql, sql, raw_m=("{" + f'"{col}":"{other}",' + dumped[1:]).encode()),  # duplicate: last counts
+        with_maps(mysql, sql, raw_m=(dumped[:-1] + f',"{col}":"{other}"' + "}").encode()),
+        with_maps(dict(mysql, **{col: other}), sql),
+        with_maps(dict(mysql, zz="int"), sql),
+        with_maps({k: v for k, v in mysql.items() if k != col}, sql),
+        with_maps(mysql, dict(sql, **{col: (sql[col] or 0) + 1})),
+        with_maps(mysql, {k: v for k, v in sql.items() if k != col}),
+        with_maps(mysql, sql, raw_q=b"null"),
+        with_maps(mysql, sql, raw_q=b"{}"),
+        with_maps(mysql, sql, raw_q=orjson.dumps(sql).replace(f'"{col}":{sql[col]}'.encode(),
+                                                            f'"{col}":{sql[col]}.0'.encode())),
+        with_maps(mysql, sql, raw_m=b"null"),
+        with_maps(mysql, sql, raw_m=b"{}"),
+    ]
+    return [v for v in out if v != value]
+
+
+def test_map_texts_against_known_shapes_are_refused_or_equal():
+    """The lane matches a message's maps against the shapes it has seen by their raw text
+    (applier.codecs.canal_maps): every other text for the same maps, and every text for other maps, must give what
+    the record path gives, or leave the slice to it. One decoder throughout, so the shapes are known."""
+    rng = random.Random(13)
+    msgs = [m for m in _bench_messages(600) if m.partition == 0][20:80]
+    rows = [i for i, m in enumerate(msgs) if b'"isDdl":false' in m.value and b'"sqlType":{' in m.value]
+    dec = get_decoder("canal-json")
+    assert dec.decode_arrow(msgs, LIMIT) is not None
+    taken = refused = 0
+    for i in rows[:12]:
+        for raw in _map_variants(msgs[i].value, rng):
+            s = list(msgs[max(0, i - 3):i + 3])
+            at = s.index(msgs[i])
+            m = s[at]
+            s[at] = KafkaMessage(m.topic, m.partition, m.offset, m.key, raw)
+            got = dec.decode_arrow(s, LIMIT)
+            try:
+                want = _record_by_record(s)
+            except DecodeError:
+                assert got is None, raw
+                refused += 1
+                continue
+            if got is not None:
+                taken += 1
+                assert got.to_events() == want, raw
+                again = dec.decode_arrow(s, LIMIT)  # and again, now that the matcher may know the text
+                assert again is not None and again.to_events() == want, raw
+    assert taken > 12 * 10 and refused
+
+
 def test_untrusted_ts_is_left_to_the_record_path():
     msgs = [m for m in _bench_messages(600) if m.partition == 0][20:40]
     dec = get_decoder("canal-json")
