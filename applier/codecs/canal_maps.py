@@ -78,5 +78,5 @@ def _struct_decoder(mapping: dict[str, Any]) -> Any:
     try:
         struct = msgspec.defstruct("ShapeMap", fields, rename=rename, forbid_unknown_fields=True)
         return msgspec.json.Decoder(struct)
-    except (TypeError, ValueError):  # pragma: no cover - a map msgspec cannot describe: matched by text only
+    except Exception:  # noqa: BLE001 - pragma: no cover - a map msgspec cannot describe: matched by text only
         return _NO_STRUCT
