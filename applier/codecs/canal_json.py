@@ -555,15 +555,17 @@ class CanalJSONDecoder:
             sql_text = _NO_SQL_TYPES
         recent = self._lane_recent.get((schema, table))
         if recent is not None:
-            for hit in recent:  # a sqlType text a shape knows (TiCDC writes it in one order): no parse but mysqlType's
+            # A sqlType text a shape knows (TiCDC writes it in one order): no parse but mysqlType's. The mysqlType
+            # check is MapMatch.__call__ written out: it runs once per message, and the call cost about 0.3 us more.
+            for hit in recent:
                 shape = hit.found[0]
                 if (sql_text in hit.sql_types.texts and shape.names == names and shape.pk_names == pk_names
                         and (mysql_text in hit.mysql_types.texts or hit.mysql_types.parses(mysql_text))):
                     return hit.found
-            for hit in recent:  # a sqlType text new to every shape: the structs decide
+            for hit in recent:  # the shapes that do not know the sqlType text (the others were tried): the structs
                 shape = hit.found[0]
-                if (shape.names == names and shape.pk_names == pk_names and hit.sql_types.parses(sql_text)
-                        and hit.mysql_types(mysql_text)):
+                if (sql_text not in hit.sql_types.texts and shape.names == names and shape.pk_names == pk_names
+                        and hit.sql_types.parses(sql_text) and hit.mysql_types(mysql_text)):
                     return hit.found
         mysql_types = _LANE_MYSQL_TYPES.decode(mysql_text)
         if not mysql_types:
