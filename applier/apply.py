@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow.compute as pc
 from sqlalchemy.engine import Connection, Engine, Transaction
@@ -323,7 +323,10 @@ class Applier:
                 try:
                     with self.timer.span("plan"):
                         aplan = plan_arrow(meta, rows, names)
-                        plan = to_batch_plan(meta, aplan, lane_apply.python_values(dict(zip(names, kinds))))
+                        by_name = dict(zip(names, kinds))
+                        to_python = lane_apply.python_values(by_name)
+                        arrow = self.sink.takes_arrow(conn, meta, aplan.upserts, by_name)
+                        plan = to_batch_plan(meta, aplan, to_python, upserts=not arrow)
                 except NotColumnar as exc:
                     log.debug("columnar lane: %s.%s goes per event: %s", schema, table, exc)
                     aplan = None
@@ -332,7 +335,8 @@ class Applier:
                 rel.dropped_copies(dropped)
                 self._write_rows(conn, events, progress, stats)  # type: ignore[arg-type]
                 continue
-            self._write_plan(conn, meta, plan, lambda: lane_apply.window_events([], bs, row_identity)[0])
+            self._write_plan(conn, meta, plan, lambda: lane_apply.window_events([], bs, row_identity)[0],
+                             (aplan.upserts, by_name) if arrow else None, lambda: to_batch_plan(meta, aplan, to_python))
             n = rows.num_rows
             self.timer.count("rows_columnar", n)
             tp = progress.setdefault(tk, TableProgress(*target))
@@ -416,17 +420,28 @@ class Applier:
         self._write_plan(conn, meta, plan, lambda: changes)
 
     def _write_plan(self, conn: Connection, meta: TableMeta, plan: BatchPlan,
-                    changes: Callable[[], list[RowChange]]) -> None:
-        """Write one table's plan; a refusal names the changes (``changes()``: the lane makes them only then)."""
+                    changes: Callable[[], list[RowChange]], arrow: Any = None,
+                    whole: Callable[[], BatchPlan] | None = None) -> None:
+        """Write one table's plan; a refusal names the changes (``changes()``: the lane makes them only then).
+        ``arrow``: the plan's upserts as the lane's Arrow table and its columns' kinds, which the writer took
+        (``plan`` then holds the deletes only; ``whole()`` makes the plan with its upserts as Python rows, for
+        the refused-row search)."""
         try:
             with self.timer.span("write"):
                 self.sink.write(conn, plan)
+                if arrow is not None:
+                    self.sink.upsert_arrow(conn, meta, *arrow)
             upserted, deleted = plan.written()
+            if arrow is not None:
+                upserted += arrow[0].num_rows
+                self.timer.count("rows_upserted_from_arrow", arrow[0].num_rows)
             self.timer.count("rows_upserted", upserted)
             self.timer.count("rows_deleted", deleted)
         except ApplyError:
             raise
         except Exception as exc:
+            if arrow is not None and whole is not None:
+                plan = whole()
             evs = changes()
             first, last = evs[0].position, evs[-1].position
             raise _WriteRefused(

@@ -172,14 +172,16 @@ def plan_arrow(meta: TableMeta, rows: pa.Table, names: tuple[str, ...]) -> Arrow
     return ArrowPlan(deletes, upserts, n)
 
 
-def to_batch_plan(meta: TableMeta, plan: ArrowPlan, to_python: Callable[[str, pa.Array], list]) -> BatchPlan:
+def to_batch_plan(meta: TableMeta, plan: ArrowPlan, to_python: Callable[[str, pa.Array], list],
+                  upserts: bool = True) -> BatchPlan:
     """The plan as today's writers take it: deletes as key tuples (``meta.key`` order), upserts as dicts in the
-    image's column order; ``to_python(column, array)`` gives a column's Python values."""
+    image's column order; ``to_python(column, array)`` gives a column's Python values. ``upserts=False``: the
+    deletes only (the writer takes the upserts as Arrow, :meth:`applier.sinks.base.Sink.takes_arrow`)."""
     out = BatchPlan(meta, changes=plan.changes)
     d, u = plan.deletes, plan.upserts
     if d.num_rows:
         out.deletes = list(zip(*(to_python(c, _array(d.column(c))) for c in d.column_names)))
-    if u.num_rows:
+    if u.num_rows and upserts:
         cols = u.column_names
         values = [to_python(c, _array(u.column(c))) for c in cols]
         out.upserts = list(map(dict, map(zip, repeat(cols), zip(*values))))

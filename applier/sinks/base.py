@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import logging
 from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy.engine import Connection
@@ -18,6 +19,8 @@ from applier.sinks.plan import BatchPlan, RowOp, group_columns
 from applier.sinks.table import ApplyError, TableMeta, reflect_table, shown
 from applier.timing import NO_TIMING, StageTimer
 
+
+log = logging.getLogger("applier.sinks")
 
 # For SQL text we build ourselves (DDL, staging): send it as written, so a literal % (in a comment, a default
 # or a quoted name) is not taken for a driver placeholder.
@@ -79,6 +82,25 @@ class Sink(abc.ABC):
     def adapt_keys(self, meta: TableMeta, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         convs = self._adapters.key(meta)
         return adapt.adapt_keys(meta, convs, keys) if convs else keys
+
+    def takes_arrow(self, conn: Connection, meta: TableMeta, table: Any, kinds: dict[str, str]) -> bool:
+        """Whether this writer upserts the columnar lane's Arrow ``table`` (plan upserts, columns named as the
+        target's; ``kinds``: column -> :mod:`applier.columnar.values` kind) itself, storing exactly what
+        :meth:`upsert_rows` stores for its Python rows (:meth:`arrow_refusal` says why not); if not, the lane
+        makes the Python rows."""
+        why = self.arrow_refusal(conn, meta, table, kinds)
+        if why is not None:
+            log.debug("upserts of %s go as Python rows: %s", meta.display, why)
+            return False
+        return True
+
+    def arrow_refusal(self, conn: Connection, meta: TableMeta, table: Any, kinds: dict[str, str]) -> str | None:
+        """Why :meth:`takes_arrow` says no, or None."""
+        return "this writer takes Python rows only"
+
+    def upsert_arrow(self, conn: Connection, meta: TableMeta, table: Any, kinds: dict[str, str]) -> None:
+        """Upsert an Arrow table :meth:`takes_arrow` took (with the same ``kinds``)."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None: ...

@@ -61,6 +61,7 @@ from psycopg import sql as psql
 
 from applier.mysql_values import format_time, is_zero_date
 from applier.ddl.pg_types import TYPE_COMMENT_PREFIX, parse_type_comment
+from applier.sinks import postgres_csv
 from applier.sinks.adapt import ValueRefused, acts_on
 from applier.sinks.base import Sink
 from applier.sinks.table import ApplyError, TableMeta, missing_table, reflect_table, shown
@@ -117,6 +118,36 @@ class PostgresSink(Sink):
         tuples = list(map(_tuple_getter(cols), rows))
         with self.timer.span("write.copy"):
             self._copy(conn, name, cols, tuples, binary_copy_types(meta, cols, tuples))
+        conn.execute(self._merge(meta, stage, cols))
+
+    def arrow_refusal(self, conn: Connection, meta: TableMeta, table: Any, kinds: dict[str, str]) -> str | None:
+        """Why :meth:`upsert_arrow` would not store ``table`` exactly as :meth:`upsert_rows` stores its Python
+        rows (applier/sinks/postgres_csv.py says when), or None."""
+        if not table.num_rows:
+            return "no rows"
+        encoding = conn.connection.dbapi_connection.info.encoding
+        if encoding != "utf-8":
+            return f"the connection's client encoding is {encoding}, not UTF-8"
+        return postgres_csv.refusal(meta, table, kinds, self._adapters.row(meta, tuple(table.column_names)))
+
+    def upsert_arrow(self, conn: Connection, meta: TableMeta, table: Any, kinds: dict[str, str]) -> None:
+        """The columnar lane's upserts (an Arrow table :meth:`takes_arrow` took), COPYed as CSV into the staging
+        table and merged, in chunks of ``batch_rows`` as :meth:`upsert_rows` does."""
+        cols = tuple(table.column_names)
+        stmt = psql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)")
+        raw = conn.connection.dbapi_connection
+        for lo in range(0, table.num_rows, self.batch_rows):
+            stage, name = self._stage(conn, meta, "up", cols)
+            with self.timer.span("write.copy"):
+                data = postgres_csv.csv_data(table.slice(lo, self.batch_rows))
+                with raw.cursor() as cur:
+                    with cur.copy(stmt.format(psql.Identifier(name),
+                                              psql.SQL(", ").join(psql.Identifier(c) for c in cols))) as cp:
+                        cp.write(data)
+            conn.execute(self._merge(meta, stage, cols))
+
+    def _merge(self, meta: TableMeta, stage: Table, cols: tuple[str, ...]) -> Any:
+        """``INSERT INTO target (cols) SELECT cols FROM stage ON CONFLICT (key) DO UPDATE`` (cached per shape)."""
         ck = ("up", id(meta.table), cols)
         stmt = self._stmts.get(ck)
         if stmt is None:
@@ -125,7 +156,7 @@ class PostgresSink(Sink):
             stmt = self._stmts[ck] = (
                 ins.on_conflict_do_update(index_elements=list(meta.key), set_=updates) if updates
                 else ins.on_conflict_do_nothing(index_elements=list(meta.key)))
-        conn.execute(stmt)
+        return stmt
 
     def bulk_insert(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...],
                     rows: list[tuple[Any, ...]]) -> None:
@@ -491,6 +522,7 @@ def _plain_text(v: Any) -> Any:
 
 
 _plain_text.check_only = True  # type: ignore[attr-defined]
+acts_on(_plain_text, int)  # what it may refuse (applier/sinks/postgres_csv.py reads it)
 
 
 def _bit_converter(width: int | None) -> Callable[[Any], Any]:
