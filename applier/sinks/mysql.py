@@ -50,6 +50,7 @@ from sqlalchemy.engine import Connection
 from applier.mysql_values import float32, format_time
 from applier.sinks.adapt import acts_on
 from applier.sinks.base import Sink
+from applier.sinks import mysql_arrow
 from applier.sinks.mysql_load import ALLOWED_KEY, LoadDataUpserter, guarded
 from applier.sinks.table import TableMeta, build_meta, missing_table
 from applier.modes import (
@@ -57,6 +58,7 @@ from applier.modes import (
     adapted_keys, prev_commit_ts_column,
 )
 from applier.sinks.plan import group_columns
+
 
 class MySQLSink(Sink):
     def __init__(self, batch_rows: int = 5000, *, transient: Callable[[BaseException], bool] | None = None,
@@ -70,6 +72,29 @@ class MySQLSink(Sink):
     def upsert_rows(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         if self.load_data.usable(conn, len(rows)) and self.load_data.upsert(conn, meta, cols, rows):
             return
+        self._execute_upserts(conn, meta, cols, rows)
+
+    def arrow_refusal(self, conn: Connection, meta: TableMeta, table: Any, kinds: dict[str, str]) -> str | None:
+        """With LOAD DATA on this connection, the lane's upserts are written as its file by Arrow
+        (applier/sinks/mysql_arrow.py says when)."""
+        if not self.load_data.usable(conn, table.num_rows):
+            return "no LOAD DATA on this connection, or fewer rows than it takes"
+        return mysql_arrow.refusal(meta, table, kinds, self._adapters.row(meta, tuple(table.column_names)))
+
+    def upsert_arrow(self, conn: Connection, meta: TableMeta, table: Any, kinds: dict[str, str]) -> None:
+        """In chunks of ``batch_rows`` as :meth:`upsert_rows`: each through LOAD DATA with the file Arrow makes,
+        or, where that path does not take the chunk, through executemany with its Python rows."""
+        cols = tuple(table.column_names)
+        for lo in range(0, table.num_rows, self.batch_rows):
+            part = table.slice(lo, self.batch_rows)
+            n = part.num_rows
+            if self.load_data.usable(conn, n) and self.load_data.load(
+                    conn, meta, cols, n, lambda column_kinds: mysql_arrow.encode_arrow(column_kinds, part, kinds)):
+                continue
+            self._execute_upserts(conn, meta, cols, self.adapt_rows(meta, cols, mysql_arrow.python_rows(part, kinds)))
+
+    def _execute_upserts(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...],
+                         rows: list[dict[str, Any]]) -> None:
         ck = (id(meta.table), cols)
         sql = self._sql.get(ck)
         if sql is None:

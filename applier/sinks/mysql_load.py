@@ -528,12 +528,18 @@ class LoadDataUpserter:
         return rows >= self.min_rows and bool(conn.connection.info.get(ALLOWED_KEY))
 
     def upsert(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], rows: list[dict[str, Any]]) -> bool:
+        return self.load(conn, meta, cols, len(rows), lambda kinds: encode_rows(kinds, cols, rows))
+
+    def load(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...], n: int,
+             encode: Callable[[tuple[str | None, ...]], Encoded | None]) -> bool:
+        """Upsert a chunk of ``n`` rows whose file ``encode(column kinds)`` makes (None: not exactly), or return
+        False: :meth:`upsert` for Python rows, applier/sinks/mysql_arrow.py for the lane's Arrow tables."""
         shape = self._shape(meta, cols)
         if shape.skip:
             shape.skip -= 1
             self.stats.skipped += 1
             return False
-        encoded = encode_rows(shape.kinds, cols, rows)
+        encoded = encode(shape.kinds)
         if encoded is None:
             self.stats.fallback_values += 1
             return False
@@ -559,9 +565,9 @@ class LoadDataUpserter:
                 with dbapi.sending(path):
                     conn.exec_driver_sql(before + literal + after)
                 loaded, warnings = dbapi.applier_load_result or (-1, -1)
-                if loaded != len(rows) or warnings:
+                if loaded != n or warnings:
                     self.stats.fallback_warnings += 1
-                    self._warned_chunk(conn, shape, loaded, len(rows), warnings)
+                    self._warned_chunk(conn, shape, loaded, n, warnings)
                     self._clear(conn, stage)
                     return False
                 conn.exec_driver_sql(stage.merge)
@@ -573,7 +579,7 @@ class LoadDataUpserter:
                 os.unlink(path)
         shape.backoff = 0
         self.stats.loaded_chunks += 1
-        self.stats.loaded_rows += len(rows)
+        self.stats.loaded_rows += n
         return True
 
     # ---- helpers --------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from applier.devtools.changefeed import Workload
 from applier.events import DDL, KafkaMessage, RowChange, SourcePosition
 from applier.processor import BatchProcessor
 from applier.progress import ProgressStore
+from applier.timing import StageTimer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,6 +33,19 @@ _MADE: set[str] = set()
 def made_topic(name_or_token: str) -> None:
     """Register a topic (or a token in its name) this session created, for deletion at the end."""
     _MADE.add(name_or_token)
+
+
+class CountingTimer(StageTimer):
+    """A StageTimer that keeps the counts only (which path wrote how many rows)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, stage: str, seconds: float) -> None:
+        pass
+
+    def count(self, what: str, n: int) -> None:
+        self.counts[what] = self.counts.get(what, 0) + n
 
 
 def target_url(urls, target: str) -> str:

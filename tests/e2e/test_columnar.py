@@ -20,21 +20,9 @@ from applier.config import parse_config
 from applier.devtools.changefeed import generate, produce
 from applier.devtools.verify import compare_tables
 from applier.pipeline import run
-from applier.timing import StageTimer
-from tests.e2e.helpers import config, target_url
+from tests.e2e.helpers import CountingTimer, config, target_url
 
 pytestmark = pytest.mark.e2e
-
-
-class _Counts(StageTimer):
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def add(self, stage: str, seconds: float) -> None:
-        pass
-
-    def count(self, what: str, n: int) -> None:
-        self.counts[what] = self.counts.get(what, 0) + n
 
 
 def _progress(engine, pipeline: str) -> tuple[int, dict[str, int]]:
@@ -62,7 +50,7 @@ def test_the_lane_applies_what_the_event_path_applies(urls, spark, unique, drop_
                          max_offsets_per_trigger=per_batch, decode_on="executors", columnar=columnar)
             cfg["pipeline"]["name"] = f"p-{topic}-{columnar}"
             settings = parse_config(cfg)
-            counts = _Counts()
+            counts = CountingTimer()
             run(settings, until_caught_up=True, spark=spark, progress=False, timer=counts)
             assert compare_tables(engine, schema, wl.expected) == []
             applied, rows = _progress(engine, settings.pipeline.name)
