@@ -182,10 +182,15 @@ def to_batch_plan(meta: TableMeta, plan: ArrowPlan, to_python: Callable[[str, pa
     if d.num_rows:
         out.deletes = list(zip(*(to_python(c, _array(d.column(c))) for c in d.column_names)))
     if u.num_rows and upserts:
-        cols = u.column_names
-        values = [to_python(c, _array(u.column(c))) for c in cols]
-        out.upserts = list(map(dict, map(zip, repeat(cols), zip(*values))))
+        out.upserts = python_rows(u, to_python)
     return out
+
+
+def python_rows(table: pa.Table, to_python: Callable[[str, pa.Array], list]) -> list[dict[str, Any]]:
+    """``table``'s rows as dicts in its column order, ``to_python(column, array)`` giving a column's values."""
+    cols = table.column_names
+    values = [to_python(c, _array(table.column(c))) for c in cols]
+    return list(map(dict, map(zip, repeat(cols), zip(*values))))
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------

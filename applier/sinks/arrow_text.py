@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from decimal import Decimal
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,13 @@ from applier.sinks.adapt import RowAdapters
 #: lane kind -> the type of the Python values :func:`applier.columnar.values.to_python` gives for it
 PYTHON_TYPE: dict[str, type] = {V.INT: int, V.FLOAT: float, V.DECIMAL: Decimal, V.STR: str, V.BYTES: bytes,
                                 V.DATE: _dt.date, V.DATETIME: _dt.datetime}
+
+#: lane kind -> the Arrow types :mod:`applier.columnar.values` holds it as
+ARROW_TYPES: dict[str, tuple[pa.DataType, ...]] = {
+    V.INT: (pa.int64(), pa.uint64()), V.FLOAT: (pa.float64(),), V.DECIMAL: (pa.string(), pa.large_string()),
+    V.STR: (pa.string(), pa.large_string()), V.BYTES: (pa.binary(), pa.large_binary()), V.DATE: (pa.date32(),),
+    V.DATETIME: (pa.timestamp("us"),),
+}
 
 _HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint8).reshape(256, 2)
 
@@ -34,6 +42,21 @@ def converter_acts(adapters: RowAdapters, col: str, kind: str) -> bool:
             if types is None or issubclass(py, types):
                 return True
     return False
+
+
+def column_refusal(field: pa.Field, kinds: Mapping[str, str], adapters: RowAdapters) -> str | None:
+    """Why a writer cannot make the text of column ``field`` from Arrow (its lane kind, ``kinds[name]``, is not
+    one held as this Arrow type, or a value converter could act on it), or None. A column of Arrow's null type
+    passes whatever its kind: NULL is NULL for every column type."""
+    col, typ = field.name, field.type
+    if pa.types.is_null(typ):
+        return None
+    kind = kinds.get(col)
+    if kind not in ARROW_TYPES or typ not in ARROW_TYPES[kind]:
+        return f"column {col!r}: lane kind {kind} as {typ}"
+    if converter_acts(adapters, col, kind):
+        return f"column {col!r}: its value converter acts on {PYTHON_TYPE[kind].__name__}"
+    return None
 
 
 def hex_text(col: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
@@ -67,4 +90,4 @@ def hex_text(col: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
                                                         pa.py_buffer(new), pa.py_buffer(out)], arr.null_count)
 
 
-__all__ = ["PYTHON_TYPE", "converter_acts", "hex_text"]
+__all__ = ["ARROW_TYPES", "PYTHON_TYPE", "column_refusal", "converter_acts", "hex_text"]

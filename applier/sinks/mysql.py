@@ -48,6 +48,8 @@ from sqlalchemy import delete, text, tuple_, update
 from sqlalchemy.engine import Connection
 
 from applier.mysql_values import float32, format_time
+from applier.columnar.apply import python_values
+from applier.columnar.plan import python_rows
 from applier.sinks.adapt import acts_on
 from applier.sinks.base import Sink
 from applier.sinks import mysql_arrow
@@ -91,7 +93,8 @@ class MySQLSink(Sink):
             if self.load_data.usable(conn, n) and self.load_data.load(
                     conn, meta, cols, n, lambda column_kinds: mysql_arrow.encode_arrow(column_kinds, part, kinds)):
                 continue
-            self._execute_upserts(conn, meta, cols, self.adapt_rows(meta, cols, mysql_arrow.python_rows(part, kinds)))
+            rows = python_rows(part, python_values(kinds))  # as the lane makes them
+            self._execute_upserts(conn, meta, cols, self.adapt_rows(meta, cols, rows))
 
     def _execute_upserts(self, conn: Connection, meta: TableMeta, cols: tuple[str, ...],
                          rows: list[dict[str, Any]]) -> None:

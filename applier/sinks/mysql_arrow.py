@@ -23,13 +23,13 @@ kind's Python type):
 NULL is ``\\N``. A column whose value converter could act on the kind's values (TIMESTAMP from datetimes, FLOAT
 from floats, TIME) goes the Python way (:func:`refusal`), as does any chunk LOAD DATA does not take exactly (a
 warning, fewer rows loaded: :class:`~applier.sinks.mysql_load.LoadDataUpserter` sends it through executemany, with
-the chunk's rows made by :func:`python_rows`). ``tests/e2e/test_mysql_arrow_load.py`` writes random tables both
-ways and compares the files and the tables.
+the chunk's rows made as the lane makes them, :func:`applier.columnar.plan.python_rows`).
+``tests/e2e/test_mysql_arrow_load.py`` writes random tables both ways and compares the files and the tables.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -37,31 +37,18 @@ import pyarrow.compute as pc
 
 from applier.columnar import values as V
 from applier.sinks.adapt import RowAdapters
-from applier.sinks.arrow_text import PYTHON_TYPE, converter_acts, hex_text
+from applier.sinks.arrow_text import PYTHON_TYPE, column_refusal, hex_text
 from applier.sinks.mysql_load import NULL, Encoded, _mode_for
 from applier.sinks.table import TableMeta
-
-#: lane kind -> the Arrow types it may come as
-ARROW_TYPES: dict[str, tuple[pa.DataType, ...]] = {
-    V.INT: (pa.int64(), pa.uint64()), V.FLOAT: (pa.float64(),), V.DECIMAL: (pa.string(), pa.large_string()),
-    V.STR: (pa.string(), pa.large_string()), V.BYTES: (pa.binary(), pa.large_binary()), V.DATE: (pa.date32(),),
-    V.DATETIME: (pa.timestamp("us"),),
-}
-
 
 def refusal(meta: TableMeta, table: pa.Table, kinds: Mapping[str, str], adapters: RowAdapters) -> str | None:
     """Why ``table`` (upserts of the lane, its columns named as the target's) goes the Python way, or None.
     ``kinds``: column -> lane kind; ``adapters``: the writer's value converters for these columns. (Whether a
     column kind takes the values is :func:`encode_arrow`'s question, asked with the writer's column kinds.)"""
     for field in table.schema:
-        col, typ = field.name, field.type
-        if pa.types.is_null(typ):
-            continue
-        kind = kinds.get(col)
-        if kind not in ARROW_TYPES or typ not in ARROW_TYPES[kind]:
-            return f"column {col!r}: lane kind {kind} as {typ}"
-        if converter_acts(adapters, col, kind):
-            return f"column {col!r}: its value converter acts on {PYTHON_TYPE[kind].__name__}"
+        why = column_refusal(field, kinds, adapters)
+        if why is not None:
+            return why
     return None
 
 
@@ -108,12 +95,4 @@ def encode_arrow(column_kinds: Sequence[str | None], table: pa.Table, kinds: Map
     return Encoded(rows.buffers()[2][int(offsets[0]):int(offsets[-1])].to_pybytes(), tuple(modes))
 
 
-def python_rows(table: pa.Table, kinds: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The rows as :func:`applier.columnar.plan.to_batch_plan` makes them (for a chunk that goes through
-    executemany)."""
-    cols = table.column_names
-    values = [V.to_python(kinds.get(c, V.STR), None, table.column(c)) for c in cols]
-    return [dict(zip(cols, r)) for r in zip(*values)]
-
-
-__all__ = ["ARROW_TYPES", "refusal", "encode_arrow", "python_rows"]
+__all__ = ["refusal", "encode_arrow"]

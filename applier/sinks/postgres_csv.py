@@ -44,22 +44,22 @@ import pyarrow.csv as pcsv
 
 from applier.columnar import values as V
 from applier.sinks.adapt import RowAdapters
-from applier.sinks.arrow_text import PYTHON_TYPE, converter_acts, hex_text
+from applier.sinks.arrow_text import column_refusal, hex_text
 from applier.sinks.table import TableMeta
 
 _INT2, _INT4, _INT8, _FLOAT4, _FLOAT8, _NUMERIC = 21, 23, 20, 700, 701, 1700
 _TEXT, _VARCHAR, _BPCHAR, _JSON, _JSONB, _BYTEA, _DATE, _TIMESTAMP = 25, 1043, 1042, 114, 3802, 17, 1082, 1114
 
-#: lane kind -> (the Arrow types it may come as, the column type oids whose input reads its CSV text as the text
-#: psycopg sends for its Python value), see the module docstring
-TAKES: dict[str, tuple[tuple[pa.DataType, ...], frozenset[int]]] = {
-    V.INT: ((pa.int64(), pa.uint64()), frozenset({_INT2, _INT4, _INT8, _NUMERIC})),
-    V.FLOAT: ((pa.float64(),), frozenset({_FLOAT8, _FLOAT4})),
-    V.DECIMAL: ((pa.string(), pa.large_string()), frozenset({_NUMERIC})),
-    V.STR: ((pa.string(), pa.large_string()), frozenset({_TEXT, _VARCHAR, _BPCHAR, _JSON, _JSONB})),
-    V.BYTES: ((pa.binary(), pa.large_binary()), frozenset({_BYTEA})),
-    V.DATE: ((pa.date32(),), frozenset({_DATE})),
-    V.DATETIME: ((pa.timestamp("us"),), frozenset({_TIMESTAMP})),
+#: lane kind -> the column type oids whose input reads its CSV text as the text psycopg sends for its Python
+#: value (see the module docstring)
+TAKES: dict[str, frozenset[int]] = {
+    V.INT: frozenset({_INT2, _INT4, _INT8, _NUMERIC}),
+    V.FLOAT: frozenset({_FLOAT8, _FLOAT4}),
+    V.DECIMAL: frozenset({_NUMERIC}),
+    V.STR: frozenset({_TEXT, _VARCHAR, _BPCHAR, _JSON, _JSONB}),
+    V.BYTES: frozenset({_BYTEA}),
+    V.DATE: frozenset({_DATE}),
+    V.DATETIME: frozenset({_TIMESTAMP}),
 }
 _OPTIONS = pcsv.WriteOptions(include_header=False, quoting_style="needed", delimiter=",")
 
@@ -68,17 +68,14 @@ def refusal(meta: TableMeta, table: pa.Table, kinds: Mapping[str, str], adapters
     """Why ``table`` (upserts of the lane, its columns named as the target's) cannot go as CSV, or None when
     it can. ``kinds``: column -> lane kind; ``adapters``: the writer's value converters for these columns."""
     for field in table.schema:
-        col, typ = field.name, field.type
-        if pa.types.is_null(typ):
+        why = column_refusal(field, kinds, adapters)
+        if why is not None:
+            return why
+        if pa.types.is_null(field.type):
             continue  # NULL whatever the column's type
-        kind = kinds.get(col)
-        allowed = TAKES.get(kind) if kind is not None else None
-        if allowed is None or typ not in allowed[0]:
-            return f"column {col!r}: lane kind {kind} as {typ}"
-        if meta.type_oids.get(col) not in allowed[1]:
+        col, kind = field.name, kinds[field.name]
+        if meta.type_oids.get(col) not in TAKES[kind]:
             return f"column {col!r}: type oid {meta.type_oids.get(col)} for lane kind {kind}"
-        if converter_acts(adapters, col, kind):
-            return f"column {col!r}: its value converter acts on {PYTHON_TYPE[kind].__name__}"
         if kind == V.STR and pc.any(pc.match_substring(table.column(col), "\x00")).as_py():
             return f"column {col!r}: a string holds NUL"
     return None
